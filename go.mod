@@ -1,0 +1,3 @@
+module github.com/ratelimitkit/ratelimit
+
+go 1.26

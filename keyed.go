@@ -1,0 +1,132 @@
+package ratelimit
+
+import (
+	"context"
+	"time"
+)
+
+// algo is an algorithm as the keyed store runs it: a pure step over a small
+// state S per key. None of its methods reads a clock; now is given.
+type algo[S any] interface {
+	// init sets up a key's state on first sight: at rest, full allowance.
+	init(s *S, now int64)
+	// step decides n events at now. They are booked if they conform by
+	// now+maxWait (maxWait < 0: no bound; 0: now or never). n == 0 is a
+	// peek and changes nothing. act is when the booked events conform.
+	step(s *S, now, n, maxWait int64) (d Decision, act int64, ok bool)
+	// unstep gives back n events booked to conform at act, if at <= act.
+	unstep(s *S, n, act, at int64)
+	// atRest reports whether the state is back to a full allowance with
+	// nothing booked: dropping it changes no later decision.
+	atRest(s *S, now int64) bool
+}
+
+// keyed runs an algorithm per key on the shared store and implements the
+// parts of Limiter that every algorithm shares. Each algorithm type embeds
+// it and adds its own Allow, the hot path, written out so the compiler can
+// inline the step.
+type keyed[S any, A algo[S]] struct {
+	alg   A
+	nc    nanoClock
+	st    *store[S]
+	limit int
+}
+
+func newKeyed[S any, A algo[S]](alg A, limit int, opts []Option) (keyed[S, A], error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return keyed[S, A]{}, err
+	}
+	k := keyed[S, A]{alg: alg, nc: newNanoClock(cfg.clock), limit: limit}
+	k.st = newStore(cfg, alg.atRest)
+	if cfg.sweepInterval > 0 {
+		k.st.startSweeper(cfg.sweepInterval, &k.nc)
+	}
+	return k, nil
+}
+
+// AllowN reports whether n events for key may happen now, all or nothing,
+// and records them if so. n == 0 peeks: the Decision as it stands, with
+// nothing recorded and no key created. The in-memory limiters ignore ctx
+// (they never block) and fail only on invalid n.
+func (k *keyed[S, A]) AllowN(ctx context.Context, key string, n int) (Decision, error) {
+	if err := validN(n, k.limit); err != nil {
+		return Decision{}, err
+	}
+	d, _, _ := k.book(key, n, k.nc.now(), 0)
+	return d, nil
+}
+
+// Reserve books n events for key at the earliest time they conform. See
+// Limiter. The in-memory limiters fail only on invalid n.
+func (k *keyed[S, A]) Reserve(ctx context.Context, key string, n int) (*Reservation, error) {
+	return reserve(k, &k.nc, key, n, k.limit, noMaxWait)
+}
+
+// Wait is shorthand for WaitN(ctx, key, 1).
+func (k *keyed[S, A]) Wait(ctx context.Context, key string) error {
+	return waitN(ctx, k, &k.nc, key, 1, k.limit)
+}
+
+// WaitN blocks until n events for key may happen and records them. See
+// Limiter for what it leaves behind when it fails.
+func (k *keyed[S, A]) WaitN(ctx context.Context, key string, n int) error {
+	return waitN(ctx, k, &k.nc, key, n, k.limit)
+}
+
+// Stats describes the keyed store.
+func (k *keyed[S, A]) Stats() Stats { return k.st.stats() }
+
+// Sweep drops every key at rest now and shrinks tables left mostly empty,
+// so memory comes back after a flood of keys. Decisions are unchanged.
+func (k *keyed[S, A]) Sweep() { k.st.sweep(k.nc.now()) }
+
+// Close stops the sweeper goroutine started by WithSweepInterval, if any,
+// and waits for it to return. The limiter remains usable; keys are then
+// dropped lazily only. Close is safe to call more than once.
+func (k *keyed[S, A]) Close() error {
+	k.st.close()
+	return nil
+}
+
+// Limit returns the most events the limiter allows a key at once.
+func (k *keyed[S, A]) Limit() int { return k.limit }
+
+// book implements booker; n has been validated.
+func (k *keyed[S, A]) book(key string, n int, now, maxWait int64) (Decision, int64, bool) {
+	if n == 0 {
+		sh, s, _ := k.st.lock(key, now, false)
+		if s == nil {
+			var zero S
+			s = &zero
+			k.alg.init(s, now)
+		}
+		d, act, ok := k.alg.step(s, now, 0, maxWait)
+		sh.mu.Unlock()
+		return d, act, ok
+	}
+	sh, s, fresh := k.st.lock(key, now, true)
+	if fresh {
+		k.alg.init(s, now)
+	}
+	d, act, ok := k.alg.step(s, now, int64(n), maxWait)
+	sh.mu.Unlock()
+	return d, act, ok
+}
+
+// unbook implements booker.
+func (k *keyed[S, A]) unbook(key string, n int, act, at int64) {
+	sh, s, _ := k.st.lock(key, at, false)
+	if s != nil { // an evicted key has nothing booked to give back
+		k.alg.unstep(s, int64(n), act, at)
+	}
+	sh.mu.Unlock()
+}
+
+// durationNs converts nanoseconds to a Duration, never negative.
+func durationNs(ns int64) time.Duration {
+	if ns < 0 {
+		return 0
+	}
+	return time.Duration(ns)
+}

@@ -1,0 +1,295 @@
+// Package ratelimit limits how often events may happen, per key.
+//
+// Five algorithms implement one Limiter interface: TokenBucket,
+// LeakyBucket, FixedWindow, SlidingLog and SlidingWindowCounter. Each keeps
+// a small state per key (an IP, a user id, "POST /posts", or "" for one
+// global bucket) in a sharded in-memory store that drops keys at rest and
+// can be capped. Time comes from a Clock, kept in integer nanoseconds.
+//
+// Most callers want Allow(key) on every request:
+//
+//	lim, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 20)
+//	...
+//	if !lim.Allow(clientIP) {
+//		http.Error(w, "too many requests", http.StatusTooManyRequests)
+//		return
+//	}
+//
+// Bulkhead, a separate type, limits calls in flight rather than calls per
+// period.
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// Limiter is the contract every algorithm implements, in memory and on
+// Redis. Keys are opaque strings; "" is a valid key (one global bucket).
+//
+// n counts events. n < 0 returns ErrNegativeN. An n that the limiter could
+// never allow at once (more than its capacity or per-window limit) returns
+// ErrExceedsLimit at once, never a hang. The in-memory limiters never fail
+// on valid input; a remote backend may also return its own errors.
+type Limiter interface {
+	// Allow reports whether one event for key may happen now, and records
+	// it if so. It is the per-request call: it never blocks and, for the
+	// in-memory limiters, never allocates for an existing key.
+	Allow(key string) bool
+
+	// AllowN reports whether n events for key may happen now, all or
+	// nothing, and records them if so. The Decision says why and when to
+	// retry. n == 0 is a peek: the key's Decision as it stands, with
+	// Allowed true and nothing consumed.
+	AllowN(ctx context.Context, key string, n int) (Decision, error)
+
+	// Reserve books n events for key at the earliest time they conform
+	// and returns the booking. The caller waits Reservation.Delay before
+	// acting, or calls Cancel to give the booking back. ctx bounds the call
+	// itself (a round trip to a backend), not the delay.
+	Reserve(ctx context.Context, key string, n int) (*Reservation, error)
+
+	// Wait is shorthand for WaitN(ctx, key, 1).
+	Wait(ctx context.Context, key string) error
+
+	// WaitN blocks until n events for key may happen, and records them.
+	// If ctx is already done it returns ctx.Err() and consumes nothing. If
+	// the needed delay would pass ctx's deadline it fails at once, consuming
+	// nothing, with an error matching both ErrLimited and
+	// context.DeadlineExceeded. If ctx ends during the wait the booking is
+	// given back and ctx.Err() returned.
+	WaitN(ctx context.Context, key string, n int) error
+}
+
+// Decision is the outcome of AllowN, with what a caller needs to write the
+// HTTP rate-limit headers.
+//
+// For example, a token bucket of capacity 4 refilled at 2 per second, asked
+// for 1 event when it holds 0.5 tokens, answers
+// {Allowed: false, Limit: 4, Remaining: 0, RetryAfter: 250ms, ResetAfter: 1.75s}.
+type Decision struct {
+	// Allowed reports whether the events were allowed (and recorded).
+	Allowed bool
+	// Limit is the most events the key can ever have allowed at once: the
+	// bucket's capacity or the window's limit.
+	Limit int
+	// Remaining is how many more events could be allowed right now, after
+	// this decision. It is never negative.
+	Remaining int
+	// RetryAfter is how long until the same request could be allowed: zero
+	// when allowed. Retrying at exactly that time succeeds if nothing else
+	// consumed in between.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the key is back to its full allowance
+	// (at rest) if nothing more is consumed.
+	ResetAfter time.Duration
+}
+
+// Errors returned by limiters. Test for them with errors.Is; the text is
+// part of the API and will not change.
+var (
+	// ErrLimited means the events were not allowed now (or not within the
+	// wait the caller could afford).
+	ErrLimited = errors.New("ratelimit: rate limited")
+	// ErrExceedsLimit means n is more than the limiter can ever allow at once.
+	ErrExceedsLimit = errors.New("ratelimit: n exceeds the limit")
+	// ErrNegativeN means n < 0.
+	ErrNegativeN = errors.New("ratelimit: n is negative")
+	// ErrInvalidRate means a rate's count or period is not positive, or a
+	// rate string could not be parsed.
+	ErrInvalidRate = errors.New("ratelimit: invalid rate")
+	// ErrInvalidCapacity means a capacity or limit is not positive.
+	ErrInvalidCapacity = errors.New("ratelimit: invalid capacity")
+	// ErrInvalidOption means an option's value is out of range.
+	ErrInvalidOption = errors.New("ratelimit: invalid option")
+)
+
+// LimitError is the error of a wait refused at once because the events
+// could not conform in time. It matches ErrLimited with errors.Is, and also
+// context.DeadlineExceeded when the refusal was because of the context's
+// deadline.
+type LimitError struct {
+	// RetryAfter is how long until the events could conform, from the time
+	// of the refusal; zero if unknown.
+	RetryAfter time.Duration
+	// Deadline reports whether the context's deadline caused the refusal.
+	Deadline bool
+}
+
+func (e *LimitError) Error() string {
+	if e.Deadline {
+		return fmt.Sprintf("ratelimit: wait of %v would exceed the context deadline", e.RetryAfter)
+	}
+	return fmt.Sprintf("ratelimit: rate limited, retry after %v", e.RetryAfter)
+}
+
+// Is makes errors.Is match ErrLimited, and context.DeadlineExceeded when
+// the deadline caused the refusal.
+func (e *LimitError) Is(target error) bool {
+	return target == ErrLimited || (e.Deadline && target == context.DeadlineExceeded)
+}
+
+// Reservation is a booking of n events made by Reserve. The events may
+// happen after Delay; Cancel gives back what is not yet due.
+//
+// A Reservation whose OK is false booked nothing. Methods are safe for
+// concurrent use; Cancel acts at most once.
+type Reservation struct {
+	ok       bool
+	decision Decision
+	act      time.Time // when the events conform
+	clock    Clock
+	cancel   func(at time.Time)
+	done     atomic.Bool
+}
+
+// NewReservation builds a Reservation. It is for Limiter implementations
+// outside this package (such as the Redis backend); callers of a limiter
+// get theirs from Reserve.
+//
+// act is the time the booked events conform, read on clock. cancel, if not
+// nil, is called at most once by Cancel with the clock's time, and must
+// give back what is not yet due at that time; it must not block.
+func NewReservation(clock Clock, ok bool, d Decision, act time.Time, cancel func(at time.Time)) *Reservation {
+	if clock == nil {
+		clock = systemClock{}
+	}
+	return &Reservation{ok: ok, decision: d, act: act, clock: clock, cancel: cancel}
+}
+
+// OK reports whether the events were booked. A reservation that is not OK
+// (a full leaky-bucket queue, a wait longer than allowed) booked nothing.
+func (r *Reservation) OK() bool { return r.ok }
+
+// Decision returns the decision taken when the reservation was made:
+// Allowed is OK, and RetryAfter the delay booked (or, if not OK, how long
+// until a booking could be made).
+func (r *Reservation) Decision() Decision { return r.decision }
+
+// TimeToAct returns when the booked events conform, on the limiter's clock.
+func (r *Reservation) TimeToAct() time.Time { return r.act }
+
+// Delay returns how long from now, on the limiter's clock, until the
+// booked events conform; zero if that time has come. For a reservation
+// that is not OK it returns the decision's RetryAfter.
+func (r *Reservation) Delay() time.Duration {
+	return r.DelayFrom(r.clock.Now())
+}
+
+// DelayFrom is like Delay, measured from t.
+func (r *Reservation) DelayFrom(t time.Time) time.Duration {
+	if !r.ok {
+		return r.decision.RetryAfter
+	}
+	if d := r.act.Sub(t); d > 0 {
+		return d
+	}
+	return 0
+}
+
+// Cancel gives back the booked events that are not yet due: if the time to
+// act has not passed (on the limiter's clock), all of them, as if never
+// booked, so later requests may use them; otherwise nothing. Cancelling
+// twice, or cancelling a reservation that is not OK, does nothing.
+func (r *Reservation) Cancel() {
+	r.cancelAt(r.clock.Now())
+}
+
+func (r *Reservation) cancelAt(t time.Time) {
+	if !r.ok || r.cancel == nil || !r.done.CompareAndSwap(false, true) {
+		return
+	}
+	r.cancel(t)
+}
+
+// rollback gives the whole booking back, due or not. It is for undoing a
+// booking at the instant it was made (all-or-nothing across limits).
+func (r *Reservation) rollback() { r.cancelAt(r.act) }
+
+// validN checks n against a limit of max events at once.
+func validN(n, max int) error {
+	if n < 0 {
+		return ErrNegativeN
+	}
+	if n > max {
+		return ErrExceedsLimit
+	}
+	return nil
+}
+
+// booker is what the in-memory algorithms provide to the shared Wait and
+// Reserve plumbing: a step that books n events for key at now, provided
+// they conform within maxWait.
+type booker interface {
+	book(key string, n int, now, maxWait int64) (d Decision, act int64, ok bool)
+	unbook(key string, n int, act, at int64)
+}
+
+// reserve implements Reserve for an in-memory algorithm; maxWait < 0 means
+// no bound on the delay.
+func reserve(b booker, nc *nanoClock, key string, n, limit int, maxWait int64) (*Reservation, error) {
+	if err := validN(n, limit); err != nil {
+		return nil, err
+	}
+	now := nc.now()
+	d, act, ok := b.book(key, n, now, maxWait)
+	r := &Reservation{ok: ok, decision: d, act: nc.timeOf(act), clock: nc.clock}
+	if ok && n > 0 {
+		r.cancel = func(at time.Time) { b.unbook(key, n, act, at.UnixNano()) }
+		if nc.system {
+			r.cancel = func(at time.Time) { b.unbook(key, n, act, nc.base+int64(at.Sub(nc.start))) }
+		}
+	}
+	return r, nil
+}
+
+const noMaxWait = -1
+
+// waitN implements WaitN for an in-memory algorithm.
+func waitN(ctx context.Context, b booker, nc *nanoClock, key string, n, limit int) error {
+	if err := validN(n, limit); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	var maxWait int64 = noMaxWait
+	if dl, ok := ctx.Deadline(); ok {
+		maxWait = max(int64(dl.Sub(nc.clock.Now())), 0)
+	}
+	r, err := reserve(b, nc, key, n, limit, maxWait)
+	if err != nil {
+		return err
+	}
+	if !r.ok {
+		return &LimitError{RetryAfter: r.decision.RetryAfter, Deadline: maxWait != noMaxWait}
+	}
+	return sleepReservation(ctx, r)
+}
+
+// sleepReservation waits until r is due; if ctx ends first it cancels r
+// and returns ctx.Err().
+func sleepReservation(ctx context.Context, r *Reservation) error {
+	delay := r.Delay()
+	if delay <= 0 {
+		return nil
+	}
+	t := r.clock.NewTimer(delay)
+	select {
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
+		t.Stop()
+		r.Cancel()
+		return ctx.Err()
+	}
+}
+
+// Compile-time checks that every algorithm implements Limiter.
+var _ Limiter = (*TokenBucket)(nil)

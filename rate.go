@@ -1,0 +1,244 @@
+package ratelimit
+
+import (
+	"fmt"
+	"math/bits"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Rate is a number of events per period: "N per Period". It is a value;
+// build it with PerSecond, PerMinute, PerHour, PerDay, Per or Every, or
+// ParseRate for configuration files. The zero Rate is invalid: limiters
+// refuse it with ErrInvalidRate.
+//
+// Limiters keep rates exact: 3 per second spaces events 333,333,333⅓ ns
+// apart, never rounded, so long runs do not drift.
+type Rate struct {
+	// N is the number of events in each period; it must be positive.
+	N int64
+	// Period is the length of the period; it must be positive.
+	Period time.Duration
+}
+
+// Per returns a rate of n events per period.
+func Per(n int64, period time.Duration) Rate { return Rate{N: n, Period: period} }
+
+// PerSecond returns a rate of n events per second.
+func PerSecond(n int64) Rate { return Rate{N: n, Period: time.Second} }
+
+// PerMinute returns a rate of n events per minute.
+func PerMinute(n int64) Rate { return Rate{N: n, Period: time.Minute} }
+
+// PerHour returns a rate of n events per hour.
+func PerHour(n int64) Rate { return Rate{N: n, Period: time.Hour} }
+
+// PerDay returns a rate of n events per day of 24 hours.
+func PerDay(n int64) Rate { return Rate{N: n, Period: 24 * time.Hour} }
+
+// Every returns a rate of one event per interval.
+func Every(interval time.Duration) Rate { return Rate{N: 1, Period: interval} }
+
+// Valid reports whether both N and Period are positive.
+func (r Rate) Valid() bool { return r.N > 0 && r.Period > 0 }
+
+func (r Rate) validate() error {
+	if !r.Valid() {
+		return fmt.Errorf("%w: %d per %v (count and period must be positive)", ErrInvalidRate, r.N, r.Period)
+	}
+	return nil
+}
+
+// String formats the rate so that ParseRate reads it back: "10/s",
+// "150/day", "5/2s", "7/1m30s".
+func (r Rate) String() string {
+	var unit string
+	switch r.Period {
+	case time.Nanosecond:
+		unit = "ns"
+	case time.Microsecond:
+		unit = "us"
+	case time.Millisecond:
+		unit = "ms"
+	case time.Second:
+		unit = "s"
+	case time.Minute:
+		unit = "m"
+	case time.Hour:
+		unit = "h"
+	case 24 * time.Hour:
+		unit = "day"
+	default:
+		unit = r.Period.String()
+	}
+	return strconv.FormatInt(r.N, 10) + "/" + unit
+}
+
+// units names the periods ParseRate accepts after "/" or "per".
+var units = map[string]time.Duration{
+	"ns": time.Nanosecond, "nanosecond": time.Nanosecond,
+	"us": time.Microsecond, "µs": time.Microsecond, "microsecond": time.Microsecond,
+	"ms": time.Millisecond, "millisecond": time.Millisecond,
+	"s": time.Second, "sec": time.Second, "second": time.Second,
+	"m": time.Minute, "min": time.Minute, "minute": time.Minute,
+	"h": time.Hour, "hr": time.Hour, "hour": time.Hour,
+	"d": 24 * time.Hour, "day": 24 * time.Hour,
+}
+
+// ParseRate reads a rate written as a count, "/" or "per", and a period:
+// "2/s", "150/day", "1000/h", "5 per 2s", "100 per minute", "7/1m30s".
+// A period is a unit (ns, us, ms, s, sec, second, m, min, minute, h, hr,
+// hour, d, day, and plurals of the words), a Go duration ("2s", "1m30s"),
+// or a whole number followed by a unit ("2 s" is not accepted; "2s" is).
+// The count must be a positive integer and the period positive. Errors
+// match ErrInvalidRate and say what was wrong.
+func ParseRate(s string) (Rate, error) {
+	fail := func(why string) (Rate, error) {
+		return Rate{}, fmt.Errorf("%w %q: %s", ErrInvalidRate, s, why)
+	}
+	t := strings.TrimSpace(s)
+	var count, period string
+	if i := strings.IndexByte(t, '/'); i >= 0 {
+		count, period = t[:i], t[i+1:]
+	} else if f := strings.Fields(t); len(f) == 3 && strings.EqualFold(f[1], "per") {
+		count, period = f[0], f[2]
+	} else {
+		return fail(`want "N/period" or "N per period", e.g. "10/s" or "5 per 2s"`)
+	}
+	count, period = strings.TrimSpace(count), strings.TrimSpace(period)
+	n, err := strconv.ParseInt(count, 10, 64)
+	if err != nil {
+		return fail(fmt.Sprintf("count %q is not an integer", count))
+	}
+	if n <= 0 {
+		return fail("count must be positive")
+	}
+	d, ok := parsePeriod(period)
+	if !ok {
+		return fail(fmt.Sprintf("period %q is not a unit (s, m, h, day, ...) or a duration (2s, 1m30s)", period))
+	}
+	if d <= 0 {
+		return fail("period must be positive")
+	}
+	return Rate{N: n, Period: d}, nil
+}
+
+func parsePeriod(p string) (time.Duration, bool) {
+	lp := strings.ToLower(p)
+	if d, ok := units[lp]; ok {
+		return d, true
+	}
+	if d, ok := units[strings.TrimSuffix(lp, "s")]; ok && len(lp) > 3 {
+		return d, true // plural words: seconds, minutes, hours, days
+	}
+	// A multiple of a unit that time.ParseDuration lacks: "2d", "2day".
+	if i := strings.IndexFunc(lp, func(r rune) bool { return r < '0' || r > '9' }); i > 0 {
+		if u, ok := units[lp[i:]]; ok && u == 24*time.Hour {
+			k, err := strconv.ParseInt(lp[:i], 10, 64)
+			if err != nil || k > int64(1<<63-1)/int64(u) {
+				return 0, false
+			}
+			return time.Duration(k) * u, true
+		}
+	}
+	d, err := time.ParseDuration(p)
+	if err != nil {
+		return 0, false
+	}
+	return d, true
+}
+
+// interval is the exact spacing of a rate, Period/N nanoseconds, as a whole
+// part q and a fraction r/den with 0 <= r < den. It lets algorithms add
+// intervals in integer arithmetic without rounding.
+type interval struct {
+	q, r, den int64
+}
+
+func (r Rate) interval() interval {
+	return interval{q: int64(r.Period) / r.N, r: int64(r.Period) % r.N, den: r.N}
+}
+
+// ftime is an instant in nanoseconds plus a fraction fr/den of a
+// nanosecond, 0 <= fr < den.
+type ftime struct {
+	ns int64
+	fr int64
+}
+
+// add returns t + k intervals. The caller keeps results within int64 (the
+// algorithms bound k by their capacity).
+func (iv interval) add(t ftime, k int64) ftime {
+	if k == 1 {
+		t.ns += iv.q
+		t.fr += iv.r
+		if t.fr >= iv.den {
+			t.fr -= iv.den
+			t.ns++
+		}
+		return t
+	}
+	hi, lo := bits.Mul64(uint64(iv.r), uint64(k))
+	quo, rem := bits.Div64(hi, lo, uint64(iv.den)) // r < den, so hi < den
+	t.ns += iv.q*k + int64(quo)
+	t.fr += int64(rem)
+	if t.fr >= iv.den {
+		t.fr -= iv.den
+		t.ns++
+	}
+	return t
+}
+
+// sub returns t - k intervals.
+func (iv interval) sub(t ftime, k int64) ftime {
+	hi, lo := bits.Mul64(uint64(iv.r), uint64(k))
+	quo, rem := bits.Div64(hi, lo, uint64(iv.den))
+	t.ns -= iv.q*k + int64(quo)
+	t.fr -= int64(rem)
+	if t.fr < 0 {
+		t.fr += iv.den
+		t.ns--
+	}
+	return t
+}
+
+// diff returns a - b.
+func (iv interval) diff(a, b ftime) ftime {
+	d := ftime{ns: a.ns - b.ns, fr: a.fr - b.fr}
+	if d.fr < 0 {
+		d.fr += iv.den
+		d.ns--
+	}
+	return d
+}
+
+// count returns how many whole intervals fit in d (zero if d < 0).
+func (iv interval) count(d ftime) int64 {
+	if d.ns < 0 {
+		return 0
+	}
+	// (d.ns*den + d.fr) / period, in 128 bits; q*den + r is the period.
+	hi, lo := bits.Mul64(uint64(d.ns), uint64(iv.den))
+	lo, c := bits.Add64(lo, uint64(d.fr), 0)
+	hi += c
+	period := uint64(iv.q)*uint64(iv.den) + uint64(iv.r)
+	if hi >= period {
+		return 1<<63 - 1
+	}
+	q, _ := bits.Div64(hi, lo, period)
+	return int64(min(q, 1<<63-1))
+}
+
+// notAfter reports whether a <= b.
+func (a ftime) notAfter(b ftime) bool {
+	return a.ns < b.ns || (a.ns == b.ns && a.fr <= b.fr)
+}
+
+// ceilNs returns t rounded up to a whole nanosecond.
+func (t ftime) ceilNs() int64 {
+	if t.fr > 0 {
+		return t.ns + 1
+	}
+	return t.ns
+}

@@ -1,0 +1,139 @@
+package ratelimit
+
+import (
+	"fmt"
+	"time"
+)
+
+// TokenBucket is a token bucket per key: a bucket holds up to capacity C
+// tokens, refilled continuously at rate r; an event takes one token, and is
+// refused when the bucket is empty. A key seen for the first time starts
+// full, so it may burst C events at once, then r per period on average.
+//
+// It is implemented as GCRA: the only state per key is the theoretical
+// arrival time (TAT), the instant at which the bucket will be full again,
+// kept in integer nanoseconds plus an exact fraction of a nanosecond, so
+// that a rate of 3 per second allows exactly 3,000,000 events (plus the
+// initial burst C) over 1,000,000 seconds of steady demand. n events at
+// time t conform iff max(TAT, t) + n/r <= t + C/r; they then advance TAT by
+// n/r. The bucket holds floor((t + C/r - max(TAT, t)) * r) tokens.
+//
+// Reserve books tokens ahead: the k-th token beyond those in the bucket is
+// due k/r after the bucket runs dry, so successive reservations are spaced
+// 1/r apart. Cancel, before the booked time, gives the n tokens back
+// exactly (TAT moves back by n/r), in any order of cancels. A clock that
+// moves backwards never mints tokens: TAT is never moved back by time.
+//
+// A key is at rest when its bucket is full (TAT <= now); the store may drop
+// it then without changing any decision. State per key: 16 bytes.
+//
+// A leaky bucket used as a meter (drop what overflows, no queue) is this
+// same function; LeakyBucket is the leaky bucket as a shaper.
+//
+// Build it with NewTokenBucket. It is safe for concurrent use. Most callers
+// want Allow.
+type TokenBucket struct {
+	keyed[tbState, *tbAlgo]
+}
+
+type tbState struct {
+	tat ftime
+}
+
+type tbAlgo struct {
+	iv       interval
+	capacity int64
+	tau      ftime // C intervals: the burst tolerance
+}
+
+// maxSpan bounds capacity × interval (and the like for windows) so that
+// every sum of instants stays within int64 for centuries of Unix time.
+const maxSpan = int64(1) << 61 // about 73 years
+
+// NewTokenBucket returns a token bucket per key of the given capacity,
+// refilled at rate. It returns an error matching ErrInvalidRate if the
+// rate's count or period is not positive, and ErrInvalidCapacity if
+// capacity is not positive or capacity/rate exceeds 73 years.
+func NewTokenBucket(rate Rate, capacity int, opts ...Option) (*TokenBucket, error) {
+	alg, err := newTBAlgo(rate, capacity)
+	if err != nil {
+		return nil, err
+	}
+	k, err := newKeyed[tbState](alg, capacity, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &TokenBucket{k}, nil
+}
+
+func newTBAlgo(rate Rate, capacity int) (*tbAlgo, error) {
+	if err := rate.validate(); err != nil {
+		return nil, err
+	}
+	if capacity <= 0 {
+		return nil, fmt.Errorf("%w: capacity must be positive, got %d", ErrInvalidCapacity, capacity)
+	}
+	iv := rate.interval()
+	if int64(capacity) > maxSpan/max(iv.q+1, 1) {
+		return nil, fmt.Errorf("%w: capacity %d at %v spans more than %v", ErrInvalidCapacity, capacity, rate, time.Duration(maxSpan))
+	}
+	return &tbAlgo{iv: iv, capacity: int64(capacity), tau: iv.add(ftime{}, int64(capacity))}, nil
+}
+
+// Allow reports whether one event for key may happen now, and records it
+// if so. It does not allocate for a key already in the store.
+func (tb *TokenBucket) Allow(key string) bool {
+	now := tb.nc.now()
+	a := tb.alg
+	sh, s, fresh := tb.st.lock(key, now, true)
+	base := s.tat
+	if fresh || base.ns < now {
+		base = ftime{ns: now}
+	}
+	next := a.iv.add(base, 1)
+	ok := next.notAfter(ftime{ns: now + a.tau.ns, fr: a.tau.fr})
+	if ok {
+		s.tat = next
+	}
+	sh.mu.Unlock()
+	return ok
+}
+
+func (a *tbAlgo) init(s *tbState, now int64) { s.tat = ftime{ns: now} }
+
+func (a *tbAlgo) atRest(s *tbState, now int64) bool { return s.tat.notAfter(ftime{ns: now}) }
+
+func (a *tbAlgo) step(s *tbState, now, n, maxWait int64) (d Decision, act int64, ok bool) {
+	base := s.tat
+	if base.ns < now {
+		base = ftime{ns: now}
+	}
+	full := ftime{ns: now + a.tau.ns, fr: a.tau.fr} // TAT of an empty bucket
+	next := a.iv.add(base, n)
+	var delay int64
+	if !next.notAfter(full) {
+		delay = a.iv.diff(next, full).ceilNs() // next - tau - now, rounded up
+	}
+	d.Limit = int(a.capacity)
+	if maxWait >= 0 && delay > maxWait {
+		d.Remaining = int(min(a.iv.count(a.iv.diff(full, base)), a.capacity))
+		d.RetryAfter = durationNs(delay)
+		d.ResetAfter = durationNs(base.ceilNs() - now)
+		return d, now + delay, false
+	}
+	s.tat = next
+	d.Allowed = delay == 0
+	if d.Allowed {
+		d.Remaining = int(min(a.iv.count(a.iv.diff(full, next)), a.capacity))
+	}
+	d.RetryAfter = durationNs(delay)
+	d.ResetAfter = durationNs(next.ceilNs() - now)
+	return d, now + delay, true
+}
+
+func (a *tbAlgo) unstep(s *tbState, n, act, at int64) {
+	if at > act {
+		return // due: the tokens were spent
+	}
+	s.tat = a.iv.sub(s.tat, n)
+}
