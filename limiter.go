@@ -49,7 +49,9 @@ type Limiter interface {
 	// Reserve books n events for key at the earliest time they conform
 	// and returns the booking. The caller waits Reservation.Delay before
 	// acting, or calls Cancel to give the booking back. ctx bounds the call
-	// itself (a round trip to a backend), not the delay.
+	// itself (a round trip to a backend), not the delay. A booking that
+	// cannot be made (a full queue, or more than 36 years ahead) is returned
+	// with OK false, having booked nothing.
 	Reserve(ctx context.Context, key string, n int) (*Reservation, error)
 
 	// Wait is shorthand for WaitN(ctx, key, 1).
