@@ -53,8 +53,10 @@ type Bulkhead struct {
 	// bits 0-31 the calls in flight, bits 32-62 the limit, bit 63 set while
 	// the wait queue is not empty. While bit 63 is set the fast paths stand
 	// aside and state changes only under mu; it is set and cleared under mu.
-	// A mutex-only version measured about twice as slow per TryAcquire and
-	// Release pair (see bulkhead_bench_test.go).
+	// Measured on 2 shared cores (bulkhead_bench_test.go), a TryAcquire
+	// and Release pair cost about 23 ns this way, against 44 ns for the
+	// same fast path behind a mutex and 61 ns for a buffered channel; on
+	// both cores at once, 22 ns against 30-80 ns and 72-116 ns.
 	state atomic.Uint64
 
 	mu    sync.Mutex
