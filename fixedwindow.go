@@ -2,16 +2,14 @@ package ratelimit
 
 import (
 	"fmt"
-	"math"
 	"time"
 )
 
 // FixedWindow is a fixed-window counter per key: at most L events in each
 // window of length W, for a rate of L per W. Windows are aligned to the
 // Unix epoch: the window of an instant t (in Unix nanoseconds) is
-// [k·W, (k+1)·W) with k = ⌊t/W⌋, floor division, so instants before 1970
-// fall in windows of their own like any other. Every key shares the same
-// windows: a rate of 100 per minute resets at the top of each minute.
+// [k·W, (k+1)·W) with k = ⌊t/W⌋. Every key shares the same windows: a rate
+// of 100 per minute resets at the top of each minute.
 //
 // n events at t are allowed iff the window of t has counted at most L−n
 // events. When a window closes its count is forgotten, so a key may pass L
@@ -28,7 +26,8 @@ import (
 // booked time, gives the n events back if they were booked in the latest
 // booked window (the only window whose count the state keeps); events
 // booked in an earlier window cannot be given back, and windows closed by
-// a booking stay closed after it is cancelled.
+// a booking stay closed after it is cancelled. A booking more than 36
+// years ahead is refused (the Reservation is not OK).
 //
 // The state per key is a window start and a count, 16 bytes. A clock that
 // moves backwards never frees capacity: while now is before the start of
@@ -53,22 +52,18 @@ type fwState struct {
 type fwAlgo struct {
 	limit  int64
 	window int64
-	// horizon is the last window start from which a booking may move to
-	// the next window and keep every instant within int64 (the year 2262,
-	// less two windows).
-	horizon int64
 }
 
 // NewFixedWindow returns a fixed-window limiter of rate.N events per
 // window of rate.Period, per key. It returns an error matching
 // ErrInvalidRate if the rate's count or period is not positive, if the
-// count does not fit in an int, or if the period exceeds 73 years.
+// count does not fit in an int, or if the period exceeds 36 years.
 func NewFixedWindow(rate Rate, opts ...Option) (*FixedWindow, error) {
 	limit, window, err := windowParams(rate)
 	if err != nil {
 		return nil, err
 	}
-	alg := &fwAlgo{limit: limit, window: window, horizon: math.MaxInt64 - 2*window}
+	alg := &fwAlgo{limit: limit, window: window}
 	k, err := newKeyed[fwState](alg, int(limit), opts)
 	if err != nil {
 		return nil, err
@@ -148,17 +143,10 @@ func (a *fwAlgo) step(s *fwState, now, n, maxWait int64) (d Decision, act int64,
 	target, total := start, count+n
 	if n > a.limit-count {
 		target, total = start+a.window, n
-		if start > a.horizon {
-			// Beyond the year 2262: no later window to book into.
-			d.Remaining = a.remaining(start, count, now)
-			d.RetryAfter = time.Duration(math.MaxInt64)
-			d.ResetAfter = a.resetAfter(start, count, now)
-			return d, math.MaxInt64, false
-		}
 	}
 	act = max(now, target)
 	delay := act - now
-	if maxWait >= 0 && delay > maxWait {
+	if (maxWait >= 0 && delay > maxWait) || delay > maxSpan {
 		d.Remaining = a.remaining(start, count, now)
 		d.RetryAfter = durationNs(delay)
 		d.ResetAfter = a.resetAfter(start, count, now)

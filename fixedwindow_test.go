@@ -115,19 +115,21 @@ func TestFixedWindowBackwardsClock(t *testing.T) {
 	})
 }
 
-// Windows are aligned with floor division: the window of -1ns is
-// [-1s, 0), not [0, 1s).
-func TestFixedWindowNegativeInstants(t *testing.T) {
-	const ms, ns = time.Millisecond, time.Nanosecond
-	epoch := time.Unix(0, 0)
-	fw, clock := newTestFixedWindow(t, PerSecond(2), epoch)
-	runWinTimeline(t, fw, clock, epoch, []winRow{
-		{at: -ns, key: "k", n: 2, want: Decision{Allowed: true, Remaining: 0, ResetAfter: ns}},
-		{at: -ns, key: "k", n: 1, want: Decision{RetryAfter: ns, ResetAfter: ns}},
-		{at: 0, key: "k", n: 2, want: Decision{Allowed: true, Remaining: 0, ResetAfter: time.Second}},
-		{at: -1500 * ms, key: "j", n: 1, want: Decision{Allowed: true, Remaining: 1, ResetAfter: 500 * ms}},
-		{at: -1000 * ms, key: "j", n: 2, want: Decision{Allowed: true, Remaining: 0, ResetAfter: time.Second}},
-	})
+// windowStart rounds down with floor division, also below zero (the
+// limiters see instants from 1970 on, but the function is exact anyway).
+func TestWindowStart(t *testing.T) {
+	minute, t0 := int64(time.Minute), winT0.UnixNano()
+	for _, tc := range []struct{ t, w, want int64 }{
+		{0, 10, 0}, {9, 10, 0}, {10, 10, 10}, {11, 10, 10},
+		{-1, 10, -10}, {-10, 10, -10}, {-11, 10, -20},
+		{t0, minute, t0}, {t0 + minute - 1, minute, t0}, {t0 - 1, minute, t0 - minute},
+		{maxNanos, maxSpan, maxNanos}, {maxNanos - 1, maxSpan, maxNanos - maxSpan},
+		{t0, 1, t0}, {t0, 7, t0 - t0%7},
+	} {
+		if got := windowStart(tc.t, tc.w); got != tc.want {
+			t.Errorf("windowStart(%d, %d) = %d, want %d", tc.t, tc.w, got, tc.want)
+		}
+	}
 }
 
 func TestNewFixedWindowErrors(t *testing.T) {
@@ -159,7 +161,7 @@ func TestFixedWindowInvalidN(t *testing.T) {
 }
 
 func TestFixedWindowWaitN(t *testing.T) {
-	fw, clock := newTestFixedWindow(t, PerSecond(3), winFuture.Add(250*time.Millisecond))
+	fw, clock := newTestFixedWindow(t, PerSecond(3), winT0.Add(250*time.Millisecond))
 	checkWaitN(t, fw, clock)
 }
 
@@ -168,30 +170,9 @@ func TestFixedWindowOneKeyConcurrent(t *testing.T) {
 	checkOneKeyConcurrent(t, fw)
 }
 
-// Bookings far ahead stop at the end of int64 time instead of wrapping.
 func TestFixedWindowExtremes(t *testing.T) {
-	ctx := context.Background()
-	fw, _ := newTestFixedWindow(t, Per(math.MaxInt64, time.Duration(maxSpan)), winT0)
-	if d, _ := fw.AllowN(ctx, "k", math.MaxInt); !d.Allowed || d.Remaining != math.MaxInt64-math.MaxInt {
-		t.Fatalf("AllowN(MaxInt) = %+v", d)
-	}
-	prev := time.Duration(0)
-	for i := 0; ; i++ {
-		r, err := fw.Reserve(ctx, "k", math.MaxInt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !r.OK() {
-			if r.Decision().RetryAfter != math.MaxInt64 {
-				t.Fatalf("refused booking %d: %+v", i, r.Decision())
-			}
-			break
-		}
-		if r.Delay() <= prev || i > 4 {
-			t.Fatalf("booking %d: delay %v after %v", i, r.Delay(), prev)
-		}
-		prev = r.Delay()
-	}
+	fw, clock := newTestFixedWindow(t, Per(math.MaxInt64, time.Duration(maxSpan)), winT0)
+	checkExtremes(t, fw, clock, math.MaxInt)
 }
 
 // fwOracle counts allowed events per window index in a map.

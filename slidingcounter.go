@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"math"
 	"math/bits"
 	"time"
 )
@@ -37,7 +36,8 @@ import (
 // until that window opens, Allow fails. Cancel, before the booked time,
 // subtracts the n events from the count of the window they were booked in,
 // if the state still keeps it (the key's window or the one before it);
-// windows closed by a booking stay closed after it is cancelled.
+// windows closed by a booking stay closed after it is cancelled. A booking
+// more than 36 years ahead is refused (the Reservation is not OK).
 //
 // The state per key is a window start and two counts, 24 bytes. A clock
 // that moves backwards never frees capacity: within a window an earlier
@@ -66,21 +66,18 @@ type swcAlgo struct {
 	window int64
 	// lwHi, lwLo is L·W in 128 bits.
 	lwHi, lwLo uint64
-	// horizon is the last window start from which a booking may move up to
-	// two windows on and keep every instant within int64.
-	horizon int64
 }
 
 // NewSlidingWindowCounter returns a sliding window counter of rate.N
 // events per sliding window of rate.Period, per key. It returns an error
 // matching ErrInvalidRate if the rate's count or period is not positive, if
-// the count does not fit in an int, or if the period exceeds 73 years.
+// the count does not fit in an int, or if the period exceeds 36 years.
 func NewSlidingWindowCounter(rate Rate, opts ...Option) (*SlidingWindowCounter, error) {
 	limit, window, err := windowParams(rate)
 	if err != nil {
 		return nil, err
 	}
-	alg := &swcAlgo{limit: limit, window: window, horizon: math.MaxInt64 - 3*window}
+	alg := &swcAlgo{limit: limit, window: window}
 	alg.lwHi, alg.lwLo = bits.Mul64(uint64(limit), uint64(window))
 	k, err := newKeyed[swcState](alg, int(limit), opts)
 	if err != nil {
@@ -177,13 +174,6 @@ func (a *swcAlgo) step(s *swcState, now, n, maxWait int64) (d Decision, act int6
 			next, act, found = swcState{start: start, prev: prev, cur: cur + n}, start+e, true
 		}
 	}
-	if !found && start > a.horizon {
-		// Beyond the year 2262: no later window to book into.
-		d.Remaining = a.remaining(start, prev, cur, now)
-		d.RetryAfter = time.Duration(math.MaxInt64)
-		d.ResetAfter = a.resetAfter(start, prev, cur, now)
-		return d, math.MaxInt64, false
-	}
 	if !found {
 		// The next window, where this one's count is the previous one's;
 		// failing that the one after, where nothing has weight (n <= L).
@@ -194,7 +184,7 @@ func (a *swcAlgo) step(s *swcState, now, n, maxWait int64) (d Decision, act int6
 		}
 	}
 	delay := act - now
-	if maxWait >= 0 && delay > maxWait {
+	if (maxWait >= 0 && delay > maxWait) || delay > maxSpan {
 		d.Remaining = a.remaining(start, prev, cur, now)
 		d.RetryAfter = durationNs(delay)
 		d.ResetAfter = a.resetAfter(start, prev, cur, now)

@@ -23,7 +23,8 @@ const maxLogLimit = 1 << 20
 // for a booking may have dropped older instants from the log, those that
 // would have left the window by the booked time; they do not come back, and
 // until they would have left the window the key stays closed, so a Cancel
-// never gives back more than was booked.
+// never gives back more than was booked. A booking more than 36 years
+// ahead is refused (the Reservation is not OK).
 //
 // Memory is O(L) per key: the log is a ring of L instants, 8·L bytes,
 // allocated once when the key is created, plus a 40-byte header; no call
@@ -53,13 +54,12 @@ type slState struct {
 type slAlgo struct {
 	limit  int64
 	window int64
-	last   int64 // the latest instant a booking may take, so that it plus W fits in int64
 }
 
 // NewSlidingLog returns a sliding log of rate.N events per sliding window
 // of rate.Period, per key. It returns an error matching ErrInvalidRate if
 // the rate's count or period is not positive, if the count exceeds
-// 1,048,576, or if the period exceeds 73 years.
+// 1,048,576, or if the period exceeds 36 years.
 func NewSlidingLog(rate Rate, opts ...Option) (*SlidingLog, error) {
 	limit, window, err := windowParams(rate)
 	if err != nil {
@@ -69,7 +69,7 @@ func NewSlidingLog(rate Rate, opts ...Option) (*SlidingLog, error) {
 		return nil, fmt.Errorf("%w: a sliding log of %d events would take %d bytes per key; the limit is %d (use SlidingWindowCounter)",
 			ErrInvalidRate, limit, 8*limit, maxLogLimit)
 	}
-	alg := &slAlgo{limit: limit, window: window, last: math.MaxInt64 - window}
+	alg := &slAlgo{limit: limit, window: window}
 	k, err := newKeyed[slState](alg, int(limit), opts)
 	if err != nil {
 		return nil, err
@@ -193,12 +193,9 @@ func (a *slAlgo) step(s *slState, now, n, maxWait int64) (d Decision, act int64,
 		act = max(act, s.at(int32(j))+a.window)
 	}
 	delay := act - now
-	if act > a.last || (maxWait >= 0 && delay > maxWait) {
+	if (maxWait >= 0 && delay > maxWait) || delay > maxSpan {
 		d.Remaining = a.remaining(s, now, from)
 		d.RetryAfter = durationNs(delay)
-		if act > a.last { // beyond the year 2262
-			d.RetryAfter = time.Duration(math.MaxInt64)
-		}
 		d.ResetAfter = a.resetAfter(s, now)
 		return d, act, false
 	}

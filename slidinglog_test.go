@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"math"
 	"slices"
 	"testing"
 	"time"
@@ -146,7 +145,7 @@ func TestSlidingLogInvalidN(t *testing.T) {
 }
 
 func TestSlidingLogWaitN(t *testing.T) {
-	sl, clock := newTestSlidingLog(t, PerSecond(3), winFuture.Add(250*time.Millisecond))
+	sl, clock := newTestSlidingLog(t, PerSecond(3), winT0.Add(250*time.Millisecond))
 	checkWaitN(t, sl, clock)
 }
 
@@ -156,25 +155,8 @@ func TestSlidingLogOneKeyConcurrent(t *testing.T) {
 }
 
 func TestSlidingLogExtremes(t *testing.T) {
-	ctx := context.Background()
-	sl, _ := newTestSlidingLog(t, Per(3, time.Duration(maxSpan)), winT0)
-	prev := time.Duration(-1)
-	for i := 0; ; i++ {
-		r, err := sl.Reserve(ctx, "k", 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !r.OK() {
-			if r.Decision().RetryAfter != math.MaxInt64 {
-				t.Fatalf("refused booking %d: %+v", i, r.Decision())
-			}
-			break
-		}
-		if r.Delay() <= prev || i > 4 {
-			t.Fatalf("booking %d: delay %v after %v", i, r.Delay(), prev)
-		}
-		prev = r.Delay()
-	}
+	sl, clock := newTestSlidingLog(t, Per(3, time.Duration(maxSpan)), winT0)
+	checkExtremes(t, sl, clock, 3)
 }
 
 // The log is allocated when a key is created, never by a peek and never
