@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -71,8 +72,10 @@ func (l *naiveFixedWindow) Allow(key string) bool {
 	defer l.mu.Unlock()
 	w := l.keys[key]
 	if w == nil {
+		// A server's key is a new string per request: keeping it keeps a
+		// copy, as the store's strings.Clone does.
 		w = &naiveWindow{}
-		l.keys[key] = w
+		l.keys[strings.Clone(key)] = w
 	}
 	if now.Sub(w.start) >= l.window {
 		w.start, w.count = now.Truncate(l.window), 0

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"math"
@@ -26,10 +27,10 @@ type fwStepper struct {
 }
 
 func (w *fwStepper) step(now, n, mw int64) (Decision, int64, bool) { return w.a.step(&w.s, now, n, mw) }
-func (w *fwStepper) unstep(n, act, at int64)                      { w.a.unstep(&w.s, n, act, at) }
-func (w *fwStepper) atRest(now int64) bool                        { return w.a.atRest(&w.s, now) }
-func (w *fwStepper) clone() winStepper                            { c := *w; return &c }
-func (w *fwStepper) equal(o winStepper) bool                      { return w.s == o.(*fwStepper).s }
+func (w *fwStepper) unstep(n, act, at int64)                       { w.a.unstep(&w.s, n, act, at) }
+func (w *fwStepper) atRest(now int64) bool                         { return w.a.atRest(&w.s, now) }
+func (w *fwStepper) clone() winStepper                             { c := *w; return &c }
+func (w *fwStepper) equal(o winStepper) bool                       { return w.s == o.(*fwStepper).s }
 func (w *fwStepper) fresh(now int64) winStepper {
 	c := &fwStepper{a: w.a}
 	c.a.init(&c.s, now)
@@ -41,11 +42,13 @@ type swcStepper struct {
 	s swcState
 }
 
-func (w *swcStepper) step(now, n, mw int64) (Decision, int64, bool) { return w.a.step(&w.s, now, n, mw) }
-func (w *swcStepper) unstep(n, act, at int64)                      { w.a.unstep(&w.s, n, act, at) }
-func (w *swcStepper) atRest(now int64) bool                        { return w.a.atRest(&w.s, now) }
-func (w *swcStepper) clone() winStepper                            { c := *w; return &c }
-func (w *swcStepper) equal(o winStepper) bool                      { return w.s == o.(*swcStepper).s }
+func (w *swcStepper) step(now, n, mw int64) (Decision, int64, bool) {
+	return w.a.step(&w.s, now, n, mw)
+}
+func (w *swcStepper) unstep(n, act, at int64) { w.a.unstep(&w.s, n, act, at) }
+func (w *swcStepper) atRest(now int64) bool   { return w.a.atRest(&w.s, now) }
+func (w *swcStepper) clone() winStepper       { c := *w; return &c }
+func (w *swcStepper) equal(o winStepper) bool { return w.s == o.(*swcStepper).s }
 func (w *swcStepper) fresh(now int64) winStepper {
 	c := &swcStepper{a: w.a}
 	c.a.init(&c.s, now)
@@ -58,8 +61,8 @@ type slStepper struct {
 }
 
 func (w *slStepper) step(now, n, mw int64) (Decision, int64, bool) { return w.a.step(&w.s, now, n, mw) }
-func (w *slStepper) unstep(n, act, at int64)                      { w.a.unstep(&w.s, n, act, at) }
-func (w *slStepper) atRest(now int64) bool                        { return w.a.atRest(&w.s, now) }
+func (w *slStepper) unstep(n, act, at int64)                       { w.a.unstep(&w.s, n, act, at) }
+func (w *slStepper) atRest(now int64) bool                         { return w.a.atRest(&w.s, now) }
 func (w *slStepper) clone() winStepper {
 	c := *w
 	c.s.ring = slices.Clone(w.s.ring)
@@ -164,7 +167,7 @@ func FuzzWindowStep(f *testing.F) {
 			}
 			ops = ops[9:]
 			now = min(max(satAdd(now, dt>>8), minNanos), maxNanos) // steps both ways
-			var maxWait int64 // AllowN
+			var maxWait int64                                      // AllowN
 			switch dt & 3 {
 			case 1: // Reserve
 				maxWait = noMaxWait
@@ -241,7 +244,7 @@ func FuzzWindowStep(f *testing.F) {
 		}
 
 		// What happened keeps the promise.
-		slices.SortFunc(happened, func(a, b event) int { return cmpInt64(a.t, b.t) })
+		slices.SortFunc(happened, func(a, b event) int { return cmp.Compare(a.t, b.t) })
 		var bound uint64
 		switch st.(type) {
 		case *fwStepper:
@@ -281,14 +284,4 @@ func FuzzWindowStep(f *testing.F) {
 			}
 		}
 	})
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
