@@ -75,9 +75,10 @@ func AllowAll(ctx context.Context, n int, pairs []Pair, ds []Decision) (Decision
 //
 // Failures leave nothing booked: invalid n or pairs return AllowAll's
 // errors; a ctx already done returns ctx.Err(); if the needed delay would
-// pass ctx's deadline it fails at once with a *LimitError matching both
-// ErrLimited and context.DeadlineExceeded; if ctx ends during a sleep it
-// returns ctx.Err().
+// pass ctx's deadline (time left measured in real time, as for WaitN) it
+// fails at once with a *LimitError matching both ErrLimited and
+// context.DeadlineExceeded; if ctx ends during a sleep it returns
+// ctx.Err().
 func WaitAll(ctx context.Context, n int, pairs []Pair) error {
 	return waitAll(ctx, n, pairs, clockOfPairs(pairs))
 }
@@ -408,7 +409,9 @@ func waitAll(ctx context.Context, n int, pairs []Pair, clock Clock) error {
 			return nil
 		}
 		delay := max(d.RetryAfter, time.Nanosecond) // a denial always waits
-		if dl, ok := ctx.Deadline(); ok && clock.Now().Add(delay).After(dl) {
+		// A deadline is an instant of real time, as for WaitN: what is
+		// left of it is measured by the time package, whatever the clock.
+		if dl, ok := ctx.Deadline(); ok && delay > time.Until(dl) {
 			return &LimitError{RetryAfter: d.RetryAfter, Deadline: true}
 		}
 		t := clock.NewTimer(delay)

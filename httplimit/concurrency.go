@@ -3,6 +3,8 @@ package httplimit
 import (
 	"context"
 	"net/http"
+
+	"github.com/ratelimitkit/ratelimit"
 )
 
 // Concurrency bounds how many calls are in flight at once: a semaphore.
@@ -71,3 +73,6 @@ func busyProblem(w http.ResponseWriter, r *http.Request) {
 		Detail: "too many requests in flight; retry after " + w.Header().Get(hdrRetryAfter) + " seconds",
 	})
 }
+
+// Compile-time check that a Bulkhead is a Concurrency.
+var _ Concurrency = (*ratelimit.Bulkhead)(nil)

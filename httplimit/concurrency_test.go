@@ -8,39 +8,19 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ratelimitkit/ratelimit"
 )
 
-// semaphore is a minimal Concurrency for these tests, standing in for
-// *ratelimit.Bulkhead: a buffered channel holds the permits taken.
-type semaphore chan struct{}
-
-func (s semaphore) TryAcquire() bool {
-	select {
-	case s <- struct{}{}:
-		return true
-	default:
-		return false
+// bulkhead returns a *ratelimit.Bulkhead of limit permits.
+func bulkhead(t testing.TB, limit int) *ratelimit.Bulkhead {
+	t.Helper()
+	b, err := ratelimit.NewBulkhead(limit)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return b
 }
-
-func (s semaphore) Acquire(ctx context.Context) error {
-	select {
-	case s <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (s semaphore) Release() {
-	select {
-	case <-s:
-	default:
-		panic("semaphore: release of a permit not held")
-	}
-}
-
-func (s semaphore) InFlight() int { return len(s) }
 
 // blocking returns a handler that signals when it starts and returns when
 // released.
@@ -55,7 +35,7 @@ func blocking() (h http.Handler, started chan struct{}, release chan struct{}) {
 }
 
 func TestConcurrencyMiddleware(t *testing.T) {
-	sem := make(semaphore, 2)
+	sem := bulkhead(t, 2)
 	next, started, release := blocking()
 	h := ConcurrencyMiddleware(sem, WithRetryAfter(1500*time.Millisecond))(next)
 	var wg sync.WaitGroup
@@ -90,7 +70,7 @@ func TestConcurrencyMiddleware(t *testing.T) {
 }
 
 func TestConcurrencyMiddlewareReleasesOnPanic(t *testing.T) {
-	sem := make(semaphore, 1)
+	sem := bulkhead(t, 1)
 	h := ConcurrencyMiddleware(sem)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) }))
 	func() {
 		defer func() { recover() }()
@@ -102,7 +82,7 @@ func TestConcurrencyMiddlewareReleasesOnPanic(t *testing.T) {
 }
 
 func TestConcurrencyMiddlewareWait(t *testing.T) {
-	sem := make(semaphore, 1)
+	sem := bulkhead(t, 1)
 	next, started, release := blocking()
 	h := ConcurrencyMiddleware(sem, WithWait())(next)
 	first := make(chan int, 1)
@@ -122,7 +102,7 @@ func TestConcurrencyMiddlewareWait(t *testing.T) {
 		t.Errorf("codes %d %d", a, b)
 	}
 	// A waiting request whose context ends gets 503.
-	sem <- struct{}{}
+	sem.TryAcquire()
 	r, cancel := withTimeout(10 * time.Millisecond)
 	defer cancel()
 	w := serveRequest(h, r)
@@ -132,8 +112,8 @@ func TestConcurrencyMiddlewareWait(t *testing.T) {
 }
 
 func TestConcurrencyMiddlewareProblemJSON(t *testing.T) {
-	sem := make(semaphore, 1)
-	sem <- struct{}{}
+	sem := bulkhead(t, 1)
+	sem.TryAcquire()
 	w := serve(ConcurrencyMiddleware(sem, WithProblemJSON())(okHandler), "GET", "/", "192.0.2.1:1")
 	var p map[string]any
 	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != 503 ||

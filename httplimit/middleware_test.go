@@ -16,8 +16,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 )
 
-// t0 is far in the future so that contexts with deadlines on the manual
-// clock do not expire in real time.
+// t0 is where the manual clocks of these tests start.
 var t0 = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
 
 var okHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })

@@ -33,7 +33,9 @@ const DefaultMaxPause = 10 * time.Minute
 // twice.
 //
 // Waiting follows the request's context: if a pause or the limiter's delay
-// would outlast the context's deadline, RoundTrip fails at once with an
+// would outlast the context's deadline (the time left to it measured in
+// real time, whatever the Clock, as ratelimit's WaitN does), RoundTrip
+// fails at once with an
 // error matching ratelimit.ErrLimited and context.DeadlineExceeded; if the
 // context ends during a wait, with its error. Nothing is sent then, the
 // request body is closed, and the limiter's booking is given back.
@@ -138,9 +140,9 @@ func (t *Transport) waitPause(ctx context.Context, key string) error {
 		if !paused {
 			return ctx.Err()
 		}
-		now := clock.Now()
-		d := until.Sub(now)
-		if dl, ok := ctx.Deadline(); ok && now.Add(d).After(dl) {
+		d := until.Sub(clock.Now())
+		// A deadline is an instant of real time, as for Limiter.WaitN.
+		if dl, ok := ctx.Deadline(); ok && d > time.Until(dl) {
 			return &ratelimit.LimitError{RetryAfter: d, Deadline: true}
 		}
 		timer := clock.NewTimer(d)

@@ -203,7 +203,7 @@ func TestTransportDeadline(t *testing.T) {
 	lim := tokenBucket(t, ratelimit.PerMinute(1), 1, clock)
 	c := &http.Client{Transport: &Transport{Clock: clock, Limiter: lim}}
 	get(t, c, up.URL)
-	ctx, cancel := context.WithDeadline(context.Background(), t0.Add(time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // real time: < the 5s pause
 	defer cancel()
 	body := &closeRecorder{Reader: strings.NewReader("payload")}
 	req, _ := http.NewRequestWithContext(ctx, "POST", up.URL, body)
@@ -216,7 +216,7 @@ func TestTransportDeadline(t *testing.T) {
 	}
 	// After the pause, the limiter (1/min) still holds the request back.
 	clock.Advance(5 * time.Second)
-	ctx2, cancel2 := context.WithDeadline(context.Background(), t0.Add(10*time.Second))
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second) // < the 55s to wait
 	defer cancel2()
 	if _, err := c.Do(newRequest(t, ctx2, up.URL)); !errors.Is(err, ratelimit.ErrLimited) {
 		t.Errorf("limiter past deadline: %v", err)
@@ -237,7 +237,7 @@ func (c *closeRecorder) Close() error { c.closed = true; return nil }
 // the end.
 func TestTransportHoldsPermit(t *testing.T) {
 	up := newUpstream(t)
-	sem := make(semaphore, 1)
+	sem := bulkhead(t, 1)
 	c := &http.Client{Transport: &Transport{Concurrency: sem}}
 	resp, err := c.Get(up.URL)
 	if err != nil {
