@@ -7,6 +7,7 @@ GO ?= go
 ## demo: show the limiters at work on a readable timeline.
 demo:
 	$(GO) run ./examples/tokenbucket
+	$(GO) run ./examples/httpserver
 
 ## test: formatting, vet and every test of every module, with the race detector.
 test: fmtcheck vet

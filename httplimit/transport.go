@@ -28,7 +28,10 @@ const DefaultMaxPause = 10 * time.Minute
 // When a response is 429 Too Many Requests or 503 Service Unavailable with
 // Retry-After (seconds, or an HTTP date, read against the response's Date
 // header when it has one), later requests with the same key are held until
-// then, at most MaxPause. The response itself is returned as is: Transport
+// then, at most MaxPause: those yet to start, and those still waiting on
+// the limiter or for a permit, which look again just before sending (the
+// limiter's event they already took stays taken). Requests already sent
+// cannot be called back. The response itself is returned as is: Transport
 // never retries, as only the caller knows whether a request may be sent
 // twice.
 //
@@ -88,10 +91,22 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return fail(err)
 		}
 	}
-	if t.Concurrency != nil {
+	// A pause may have begun while this request waited: look again just
+	// before sending, holding no permit while paused.
+	for {
+		if err := t.waitPause(ctx, key); err != nil {
+			return fail(err)
+		}
+		if t.Concurrency == nil {
+			break
+		}
 		if err := t.Concurrency.Acquire(ctx); err != nil {
 			return fail(err)
 		}
+		if _, paused := t.PausedUntil(key); !paused {
+			break
+		}
+		t.Concurrency.Release()
 	}
 	base := t.Base
 	if base == nil {

@@ -303,3 +303,40 @@ func TestRetryAfterParse(t *testing.T) {
 		}
 	}
 }
+
+// A pause that begins while a request waits on the limiter holds it too.
+func TestTransportPauseWhileWaiting(t *testing.T) {
+	unblock := make(chan struct{})
+	up := newUpstream(t, func(w http.ResponseWriter) {
+		<-unblock // the first request is slow, then refused
+		status(429, "Retry-After", "5")(w)
+	})
+	clock := ratelimit.NewManualClock(t0)
+	sem := bulkhead(t, 2)
+	c := &http.Client{Transport: &Transport{Clock: clock, Concurrency: sem,
+		Limiter: tokenBucket(t, ratelimit.PerSecond(1), 1, clock)}}
+	first := getAsync(c, newRequest(t, context.Background(), up.URL))
+	for up.hits.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	second := getAsync(c, newRequest(t, context.Background(), up.URL))
+	waitTimers(t, clock, 1) // the second waits on the limiter, until t0+1s
+	close(unblock)
+	if code := <-first; code != 429 {
+		t.Fatalf("first: %d", code)
+	}
+	clock.Advance(time.Second) // the limiter lets it go; the pause holds it
+	waitTimers(t, clock, 1)
+	if sem.InFlight() != 0 {
+		t.Errorf("a paused request holds a permit")
+	}
+	clock.Advance(4*time.Second - 1)
+	time.Sleep(10 * time.Millisecond)
+	if up.hits.Load() != 1 {
+		t.Fatal("request sent during a pause that began while it waited")
+	}
+	clock.Advance(1)
+	if code := <-second; code != 200 || up.hits.Load() != 2 {
+		t.Fatalf("second: %d, hits %d", code, up.hits.Load())
+	}
+}
