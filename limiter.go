@@ -165,7 +165,8 @@ func NewReservation(clock Clock, ok bool, d Decision, act time.Time, cancel func
 func (r *Reservation) OK() bool { return r.ok }
 
 // Decision returns the decision taken when the reservation was made:
-// Allowed is OK, and RetryAfter the delay booked (or, if not OK, how long
+// Allowed reports whether the events were booked to happen at once (OK with
+// no delay), and RetryAfter is the delay booked (or, if not OK, how long
 // until a booking could be made).
 func (r *Reservation) Decision() Decision { return r.decision }
 
@@ -268,7 +269,11 @@ func waitN(ctx context.Context, b booker, nc *nanoClock, key string, n, limit in
 		return err
 	}
 	if !r.ok {
-		return &LimitError{RetryAfter: r.decision.RetryAfter, Deadline: maxWait != noMaxWait}
+		// The deadline caused the refusal only if the events could not
+		// conform within it; a refusal for another reason (a full
+		// leaky-bucket queue that frees in time) is not the deadline's.
+		deadline := maxWait != noMaxWait && r.decision.RetryAfter > time.Duration(maxWait)
+		return &LimitError{RetryAfter: r.decision.RetryAfter, Deadline: deadline}
 	}
 	return sleepReservation(ctx, r)
 }
