@@ -4,17 +4,18 @@ package ratelimit
 // most C events drained at a constant rate r, so that what passes never
 // bursts. The output serves one slot every 1/r (exactly: 3 per second gives
 // slots 333,333,333⅓ ns apart, kept as integer nanoseconds plus an exact
-// fraction, so long runs do not drift). An event is given the earliest free
-// slot that starts at or after its arrival and may act at the start of that
-// slot, rounded up to a whole nanosecond. It holds its place in the queue
+// fraction, so long runs do not drift). An event is given the slot after the
+// last one booked or, if the queue is empty, a slot starting at its arrival,
+// and may act at the start of that slot, rounded up to a whole nanosecond
+// (FIFO: no booking overtakes an earlier one). It holds its place in the queue
 // from its booking until the end of its slot, so the queue holds
 // ceil((E - t) * r) events at time t, where E is the end of the last booked
 // slot.
 //
 // Methods:
 //   - Wait and Reserve take places in the queue: the delay is the time until
-//     the booking's slot starts. Successive bookings of one event start
-//     exactly 1/r apart. If the queue has fewer than n free places the
+//     the booking's slot starts. While the queue is busy, successive
+//     bookings of one event start exactly 1/r apart. If the queue has fewer than n free places the
 //     booking is refused at once: Reserve returns a Reservation with OK false
 //     and WaitN a *LimitError matching ErrLimited (see WaitN below).
 //   - Allow and AllowN never wait: they succeed only if the events can
@@ -50,8 +51,8 @@ package ratelimit
 // when the queue's last slot ends after the deadline, since then no retry
 // could succeed in time).
 //
-// Cancel, before the booking's slot has started, gives its places back when
-// the booking is the tail of the queue: every booking made after it has
+// Cancel, at or before the booking's time to act (the start of its first
+// slot), gives its places back when the booking is the tail of the queue: every booking made after it has
 // already been given back by its own Cancel. The queue then ends where the
 // booking began, so the next booking takes its slots. Cancelling bookings in
 // the reverse order of booking thus gives every one back. A booking with a
@@ -62,7 +63,8 @@ package ratelimit
 // one event per nanosecond; for faster rates, whose slots are finer than the
 // clock, a Cancel may also give back a booking that is not the tail, which
 // never lets more than C events into the queue but may let two bookings
-// share a nanosecond. Cancel after the slot has started gives nothing back.
+// share a nanosecond. Cancel after the time to act gives nothing back: the
+// events have acted.
 //
 // A clock that moves backwards never frees places: the queue is measured
 // from the new time back to the same end, so it looks fuller, and its end
