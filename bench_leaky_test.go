@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -27,15 +26,6 @@ func (l *naiveLeaky) Allow(key string) bool {
 	}
 	l.end[key] = now + l.interval
 	return true
-}
-
-// benchKeys returns n distinct keys of about 10 bytes.
-func benchKeys(n int) []string {
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("10.0.%d.%d", i/256%256, i%256) + fmt.Sprint(i/65536)
-	}
-	return keys
 }
 
 // BenchmarkLeakyBucket measures Allow on existing keys with the system
@@ -73,7 +63,7 @@ func BenchmarkLeakyBucket(b *testing.B) {
 		{"allow", Per(1, time.Nanosecond)},
 		{"deny", PerHour(1)},
 	}
-	keys := benchKeys(10_000)
+	keys := benchKeys()[:10_000]
 	for _, c := range cases {
 		for _, impl := range impls {
 			b.Run(c.name+"/1key/serial/"+impl.name, func(b *testing.B) {
@@ -122,7 +112,7 @@ func BenchmarkLeakyBucket(b *testing.B) {
 // BenchmarkLeakyBucketBytesPerKey reports the heap retained per key after
 // inserting 100,000 keys of about 10 bytes, key strings included.
 func BenchmarkLeakyBucketBytesPerKey(b *testing.B) {
-	keys := benchKeys(100_000)
+	keys := benchKeys()[:100_000]
 	for b.Loop() {
 		clk := NewManualClock(lbT0)
 		lb, err := NewLeakyBucket(PerSecond(1), 1, WithClock(clk))

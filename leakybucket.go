@@ -153,9 +153,13 @@ func (a *lbAlgo) step(s *lbState, now, n, maxWait int64) (d Decision, act int64,
 	}
 	end := a.iv.add(start, n)
 	fits := end.notAfter(full)
-	if !fits || (maxWait >= 0 && delay > maxWait) {
+	bound := maxWait // how late the slot may start
+	if bound < 0 || bound > maxSpan {
+		bound = maxSpan // never book further ahead (only a clock set far back can ask)
+	}
+	if !fits || delay > bound {
 		retry := delay // the slot is too late: report the wait it needs
-		if !fits && (maxWait < 0 || delay <= maxWait) {
+		if !fits && delay <= bound {
 			// Too few places: n free when end - tau <= now.
 			retry = a.iv.diff(end, a.tau).ceilNs() - now
 		}

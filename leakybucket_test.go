@@ -307,13 +307,13 @@ func TestLeakyBucketWaitFullQueue(t *testing.T) {
 		t.Fatalf("no deadline: %v; want ErrLimited, retry after 1s", err)
 	}
 	// The queue ends at 2 s, before the deadline: retrying at 1 s succeeds.
-	err = promptly(t, "Wait", func() error { return lb.Wait(fakeDeadline(clk.Now().Add(10*time.Second)), "k") })
+	err = promptly(t, "Wait", func() error { return lb.Wait(fakeDeadline(time.Now().Add(10*time.Second)), "k") })
 	if !errors.Is(err, ErrLimited) || errors.Is(err, context.DeadlineExceeded) ||
 		!errors.As(err, &le) || le.RetryAfter != time.Second || le.Deadline {
 		t.Fatalf("deadline 10s: %v; want ErrLimited only, retry after 1s", err)
 	}
 	// The queue ends after the deadline: no retry can succeed in time.
-	err = promptly(t, "Wait", func() error { return lb.Wait(fakeDeadline(clk.Now().Add(1500*time.Millisecond)), "k") })
+	err = promptly(t, "Wait", func() error { return lb.Wait(fakeDeadline(time.Now().Add(1500*time.Millisecond)), "k") })
 	if !errors.Is(err, ErrLimited) || !errors.Is(err, context.DeadlineExceeded) ||
 		!errors.As(err, &le) || le.RetryAfter != 2*time.Second {
 		t.Fatalf("deadline 1.5s: %v; want ErrLimited and DeadlineExceeded, wait 2s", err)
@@ -321,10 +321,10 @@ func TestLeakyBucketWaitFullQueue(t *testing.T) {
 	if d := lbAllowN(t, lb, "k", 0); d != before {
 		t.Fatalf("after refused waits: %+v, want %+v", d, before)
 	}
-	// t0+1s: a place is free; the slot at 2 s is within a 1 s deadline.
+	// t0+1s: a place is free; the slot at 2 s is within a 1.5 s deadline.
 	clk.Set(lbT0.Add(time.Second))
 	done := make(chan error, 1)
-	go func() { done <- lb.Wait(fakeDeadline(clk.Now().Add(time.Second)), "k") }()
+	go func() { done <- lb.Wait(fakeDeadline(time.Now().Add(1500*time.Millisecond)), "k") }()
 	waitTimers(t, clk, 1)
 	clk.Advance(time.Second - 1)
 	if clk.Timers() != 1 {
@@ -335,7 +335,7 @@ func TestLeakyBucketWaitFullQueue(t *testing.T) {
 		t.Fatalf("wait for the slot at 2s: %v", err)
 	}
 	// t0+2s: the slot is not within a deadline of 999,999,999 ns.
-	err = promptly(t, "Wait", func() error { return lb.Wait(fakeDeadline(clk.Now().Add(time.Second-1)), "k") })
+	err = promptly(t, "Wait", func() error { return lb.Wait(fakeDeadline(time.Now().Add(time.Second-1)), "k") })
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &le) || le.RetryAfter != time.Second {
 		t.Fatalf("deadline 1s-1ns: %v; want DeadlineExceeded, wait 1s", err)
 	}
@@ -684,5 +684,25 @@ func TestLeakyBucketBackwardsRandom(t *testing.T) {
 				lastAct, lastN = act, int64(k)
 			}
 		}
+	}
+}
+
+// TestLeakyBucketFarAhead: a clock set decades back does not book a slot
+// more than 36 years ahead (maxSpan); the refusal says how far the slot is.
+func TestLeakyBucketFarAhead(t *testing.T) {
+	lb, clk := newTestLB(t, PerSecond(1), 2)
+	future := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+	clk.Set(future)
+	if !lb.Allow("k") { // the queue ends at 2100-01-01T00:00:01
+		t.Fatal("2100: refused")
+	}
+	clk.Set(lbT0) // 2026: the slot would be 74 years ahead
+	r := lbReserve(t, lb, "k", 1)
+	if want := future.Add(time.Second).Sub(lbT0); r.OK() || r.Decision().RetryAfter != want {
+		t.Fatalf("2026: Reserve: OK=%v %+v; want refused, RetryAfter %v", r.OK(), r.Decision(), want)
+	}
+	clk.Set(future.Add(-time.Hour)) // one hour before: within reach
+	if r := lbReserve(t, lb, "k", 1); !r.OK() || r.Delay() != time.Hour+time.Second {
+		t.Fatalf("2100-1h: Reserve: OK=%v Delay %v", r.OK(), r.Delay())
 	}
 }
