@@ -153,13 +153,9 @@ func (a *lbAlgo) step(s *lbState, now, n, maxWait int64) (d Decision, act int64,
 	}
 	end := a.iv.add(start, n)
 	fits := end.notAfter(full)
-	bound := maxWait // how late the slot may start
-	if bound < 0 || bound > maxSpan {
-		bound = maxSpan // never book further ahead (only a clock set far back can ask)
-	}
-	if !fits || delay > bound {
+	if !fits || (maxWait >= 0 && delay > maxWait) {
 		retry := delay // the slot is too late: report the wait it needs
-		if !fits && delay <= bound {
+		if !fits && (maxWait < 0 || delay <= maxWait) {
 			// Too few places: n free when end - tau <= now.
 			retry = a.iv.diff(end, a.tau).ceilNs() - now
 		}
@@ -168,7 +164,7 @@ func (a *lbAlgo) step(s *lbState, now, n, maxWait int64) (d Decision, act int64,
 		d.ResetAfter = durationNs(delay)
 		return d, now + retry, false
 	}
-	s.end = end
+	s.end = end // at most C/r <= maxSpan ahead of now: fits saw to it
 	d.Allowed = delay == 0
 	d.Remaining = a.free(full, end)
 	d.RetryAfter = durationNs(delay)

@@ -687,22 +687,28 @@ func TestLeakyBucketBackwardsRandom(t *testing.T) {
 	}
 }
 
-// TestLeakyBucketFarAhead: a clock set decades back does not book a slot
-// more than 36 years ahead (maxSpan); the refusal says how far the slot is.
+// TestLeakyBucketFarAhead: with the clock set decades back, the queue
+// looks decades long, so it is full: no slot is ever booked more than C/r
+// ahead (at most 36 years, see maxSpan), and RetryAfter stays exact.
 func TestLeakyBucketFarAhead(t *testing.T) {
-	lb, clk := newTestLB(t, PerSecond(1), 2)
+	lb, clk := newTestLB(t, PerSecond(1), 4000)
 	future := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
 	clk.Set(future)
 	if !lb.Allow("k") { // the queue ends at 2100-01-01T00:00:01
 		t.Fatal("2100: refused")
 	}
-	clk.Set(lbT0) // 2026: the slot would be 74 years ahead
+	clk.Set(lbT0) // 2026: the queue looks 74 years long
 	r := lbReserve(t, lb, "k", 1)
-	if want := future.Add(time.Second).Sub(lbT0); r.OK() || r.Decision().RetryAfter != want {
-		t.Fatalf("2026: Reserve: OK=%v %+v; want refused, RetryAfter %v", r.OK(), r.Decision(), want)
+	placeFree := future.Add(2*time.Second - 4000*time.Second) // the queue's end + 1/r - C/r
+	if r.OK() || r.Decision().RetryAfter != placeFree.Sub(lbT0) {
+		t.Fatalf("2026: Reserve: OK=%v %+v; want refused, RetryAfter %v", r.OK(), r.Decision(), placeFree.Sub(lbT0))
 	}
-	clk.Set(future.Add(-time.Hour)) // one hour before: within reach
-	if r := lbReserve(t, lb, "k", 1); !r.OK() || r.Delay() != time.Hour+time.Second {
-		t.Fatalf("2100-1h: Reserve: OK=%v Delay %v", r.OK(), r.Delay())
+	clk.Set(placeFree.Add(-1))
+	if r := lbReserve(t, lb, "k", 1); r.OK() {
+		t.Fatalf("1 ns before a place frees: booked, Delay %v", r.Delay())
+	}
+	clk.Set(placeFree)
+	if r := lbReserve(t, lb, "k", 1); !r.OK() || r.Delay() != 3999*time.Second {
+		t.Fatalf("when a place frees: OK=%v Delay %v; want the slot 3999 s ahead", r.OK(), r.Delay())
 	}
 }
