@@ -275,7 +275,11 @@ func waitN(ctx context.Context, b booker, nc *nanoClock, key string, n, limit in
 		return err
 	}
 	if !r.ok {
-		return &LimitError{RetryAfter: r.decision.RetryAfter, Deadline: maxWait != noMaxWait}
+		// The deadline caused the refusal only if the events could not
+		// conform within it; a refusal for another reason (a full
+		// leaky-bucket queue that frees in time) is not the deadline's.
+		deadline := maxWait != noMaxWait && r.decision.RetryAfter > time.Duration(maxWait)
+		return &LimitError{RetryAfter: r.decision.RetryAfter, Deadline: deadline}
 	}
 	return sleepReservation(ctx, r)
 }
