@@ -31,6 +31,9 @@ var allowAlgorithms = []struct {
 	{"TokenBucket",
 		func() (interface{ Allow(string) bool }, error) { return NewTokenBucket(PerSecond(1e9), 1e9) },
 		func() (interface{ Allow(string) bool }, error) { return NewTokenBucket(PerDay(1), 1) }},
+	{"LeakyBucket", // Allow needs an empty queue: slots of 1 ns empty between calls
+		func() (interface{ Allow(string) bool }, error) { return NewLeakyBucket(Every(time.Nanosecond), 1) },
+		func() (interface{ Allow(string) bool }, error) { return NewLeakyBucket(PerDay(1), 1) }},
 	{"FixedWindow",
 		func() (interface{ Allow(string) bool }, error) { return NewFixedWindow(PerSecond(1e9)) },
 		func() (interface{ Allow(string) bool }, error) { return NewFixedWindow(PerDay(1)) }},
