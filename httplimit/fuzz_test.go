@@ -314,6 +314,34 @@ func FuzzForwardedChain(f *testing.F) {
 	})
 }
 
+// A client behind a trusted proxy that appends to its Forwarded line could
+// choose its key by leaving a quote open: the proxy's element became part of
+// a parameter value of the client's (found by FuzzForwardedChain; its seed
+// testdata/fuzz/FuzzForwardedChain/21ffcd3363229cf2 does it with a zone
+// that swallows the rest). The open quote now makes the line's last element
+// garbage, and the key the proxy's.
+func TestForwardedOpenQuote(t *testing.T) {
+	kf, err := ClientIP(IPConfig{TrustedProxies: fuzzTrusted, Header: "Forwarded"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{
+		`for=203.0.113.66;a="` + `, for=198.51.100.1`,
+		`for="[2001:db8::66%` + `, for="[2001:db8:5::1]:443"`,
+		`for=203.0.113.66;a="\` + `, for=198.51.100.1`,
+	} {
+		r := &http.Request{RemoteAddr: "10.0.0.1:443", Header: http.Header{"Forwarded": {line}}}
+		if key, err := kf(r); err != nil || key != "10.0.0.1" {
+			t.Errorf("Forwarded %q: key %q, %v; want the proxy's 10.0.0.1", line, key, err)
+		}
+	}
+	// On a line of its own, the client's open quote spoils only its line.
+	r := &http.Request{RemoteAddr: "10.0.0.1:443", Header: http.Header{"Forwarded": {`for=203.0.113.66;a="`, "for=198.51.100.1"}}}
+	if key, err := kf(r); err != nil || key != "198.51.100.1" {
+		t.Errorf("open quote on the client's own line: key %q, %v; want 198.51.100.1", key, err)
+	}
+}
+
 // FuzzKeyFuncs: the key functions by header and Join on arbitrary values.
 // ByHeader gives the header's first value, or ErrNoKey when it is missing
 // or empty; Join never gives two different tuples the same key.

@@ -238,13 +238,22 @@ func parseRealIP(values []string) []hop {
 
 // parseForwarded reads the for= parameter of each element of RFC 7239
 // Forwarded lines, left to right. An element without one, or with
-// "unknown" or an obfuscated identifier, is not an address.
+// "unknown" or an obfuscated identifier, is not an address. Nor is the
+// last element of a line that ends inside a quoted string: a client can
+// open a quote that swallows what a proxy appends to its line, so nothing
+// after the quote is believed.
 func parseForwarded(values []string) []hop {
 	var hops []hop
 	for _, v := range values {
-		for _, elem := range splitQuoted(v, ',') {
+		elems, open := splitQuoted(v, ',')
+		for i, elem := range elems {
 			h := hop{}
-			for _, pair := range splitQuoted(elem, ';') {
+			if open && i == len(elems)-1 {
+				hops = append(hops, h)
+				break
+			}
+			pairs, _ := splitQuoted(elem, ';')
+			for _, pair := range pairs {
 				k, val, ok := strings.Cut(pair, "=")
 				if !ok || !strings.EqualFold(strings.TrimSpace(k), "for") {
 					continue
@@ -277,22 +286,22 @@ func unquote(s string) string {
 	return b.String()
 }
 
-// splitQuoted splits s at sep outside double-quoted strings.
-func splitQuoted(s string, sep byte) []string {
-	var out []string
-	quoted, start := false, 0
+// splitQuoted splits s at sep outside double-quoted strings, and reports
+// whether s ends inside one.
+func splitQuoted(s string, sep byte) (parts []string, open bool) {
+	start := 0
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; {
-		case c == '\\' && quoted:
+		case c == '\\' && open:
 			i++
 		case c == '"':
-			quoted = !quoted
-		case c == sep && !quoted:
-			out = append(out, s[start:i])
+			open = !open
+		case c == sep && !open:
+			parts = append(parts, s[start:i])
 			start = i + 1
 		}
 	}
-	return append(out, s[start:])
+	return append(parts, s[start:]), open
 }
 
 // ByHeader returns a key function by the value of a request header, such
