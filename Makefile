@@ -13,7 +13,8 @@ demo:
 	$(GO) run ./examples/httpserver
 
 ## test: formatting, vet, a build of every package (examples too) and every
-## test of every module, with the race detector.
+## test of every module, with the race detector; go test also runs each fuzz
+## target on its seed corpus (f.Add and testdata/fuzz).
 test: fmtcheck vet
 	@set -e; for m in $(MODULES); do \
 		echo "== go test -race $$m"; \
@@ -36,9 +37,17 @@ lint: vet
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem .
 
-## fuzz: each fuzz target for FUZZTIME (default 30s).
+## fuzz: every fuzz target of every package of the core module (the root
+## package and httplimit), each for FUZZTIME (default 30s); FUZZFLAGS adds
+## flags (e.g. FUZZFLAGS=-parallel=1). New failing inputs are written to the
+## package's testdata/fuzz/<target>/, which plain go test, hence make test,
+## replays along with the committed seed corpora.
 FUZZTIME ?= 30s
+FUZZFLAGS ?=
 fuzz:
-	@set -e; for f in $$($(GO) test -list '^Fuzz' . | grep '^Fuzz'); do \
-		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) .; \
+	@set -e; for p in $$($(GO) list ./...); do \
+		for f in $$($(GO) test -list '^Fuzz' $$p | grep '^Fuzz'); do \
+			echo "== $$p $$f"; \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) $$p; \
+		done; \
 	done
