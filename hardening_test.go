@@ -184,3 +184,288 @@ func BenchmarkFlood(b *testing.B) {
 		b.ReportMetric(float64(r.after), "after-B")
 	}
 }
+
+// A wait storm on a LeakyBucket: 10,000 goroutines arrive over 5 s (twice
+// the rate) to wait on one key of a queue of 250 slots; some have
+// deadlines, some are cancelled while they wait, soon (often while their
+// booking is still the tail of the queue) or late. In a synctest bubble
+// every goroutine returns, none is left behind, and each outcome is the one
+// the leaky bucket's documented semantics give, replayed afterwards on
+// lbOracle (the plain list of booked slots of leakybucket_test.go): a
+// refusal at once when the queue is full or the slot would start after the
+// deadline; a cancellation at the instant the context ends; otherwise a
+// success at the exact start of the slot booked at arrival. A cancelled
+// booking gives its slot back only while it is the tail of the queue (the
+// next booking then takes it); otherwise its slot stays in the queue,
+// empty. The successes, in order of arrival, are at least a slot apart.
+//
+// Arrivals are on even nanoseconds and slots 1 ms long, so every slot
+// starts on an even nanosecond; cancellations and deadlines are on odd
+// ones, so that no two events the outcome depends on share an instant.
+func TestWaitStormLeakyBucket(t *testing.T) {
+	const (
+		waiters  = 10_000
+		capacity = 250
+		interval = time.Millisecond // 1000 per second
+	)
+	type waiter struct {
+		arrive, deadline, cancel time.Duration // deadline and cancel: 0 if none
+		returned                 bool
+		at                       time.Duration // when Wait returned
+		err                      error
+	}
+	rng := rand.New(rand.NewPCG(21, 22))
+	ws := make([]waiter, waiters)
+	taken := map[time.Duration]bool{}
+	distinct := func(d time.Duration) time.Duration {
+		for taken[d] {
+			d += 2
+		}
+		taken[d] = true
+		return d
+	}
+	odd := func(d int64) time.Duration { return time.Duration(rng.Int64N(d/2)*2 + 1) }
+	for i := range ws {
+		w := &ws[i]
+		w.arrive = distinct(time.Duration(rng.Int64N(int64(5*time.Second))) &^ 1)
+		switch rng.IntN(8) {
+		case 0: // a deadline, often too short for the queue
+			w.deadline = w.arrive + odd(int64(400*time.Millisecond))
+		case 1: // cancelled soon: often still the tail of the queue
+			w.cancel = distinct(w.arrive + odd(int64(2*time.Millisecond)))
+		case 2: // cancelled later
+			w.cancel = distinct(w.arrive + odd(int64(300*time.Millisecond)))
+		}
+	}
+	synctest.Test(t, func(t *testing.T) {
+		lb, err := NewLeakyBucket(Every(interval), capacity)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		var wg sync.WaitGroup
+		for i := range ws {
+			w := &ws[i]
+			ctx, cancel := context.WithCancel(context.Background())
+			if w.deadline > 0 {
+				ctx, cancel = context.WithDeadline(context.Background(), start.Add(w.deadline))
+			}
+			if w.cancel > 0 {
+				wg.Go(func() {
+					time.Sleep(w.cancel)
+					cancel()
+				})
+			}
+			wg.Go(func() {
+				defer cancel()
+				time.Sleep(w.arrive)
+				w.err = lb.Wait(ctx, "hot")
+				w.at, w.returned = time.Since(start), true
+			})
+		}
+		wg.Wait()
+	})
+
+	// Replay the arrivals and cancellations, in time order, on the oracle.
+	type event struct {
+		at     time.Duration
+		i      int
+		cancel bool
+	}
+	var events []event
+	for i, w := range ws {
+		events = append(events, event{w.arrive, i, false})
+		if w.cancel > 0 {
+			events = append(events, event{w.cancel, i, true})
+		}
+	}
+	slices.SortFunc(events, func(a, b event) int { return int(a.at - b.at) })
+	o := &lbOracle{n: 1, period: int64(interval), capacity: capacity}
+	booked := make([]bool, waiters)
+	act := make([]int64, waiters)
+	cancelled := make([]bool, waiters)
+	givenBack := map[int64]bool{} // starts of slots given back
+	var kept, back, reused int
+	for _, e := range events {
+		now, w := int64(e.at), ws[e.i]
+		if e.cancel {
+			if booked[e.i] && now < act[e.i] {
+				cancelled[e.i] = true
+				held := len(o.slots)
+				o.cancel(e.i, 1, act[e.i], now)
+				if len(o.slots) < held {
+					back++
+					givenBack[act[e.i]] = true
+				} else {
+					kept++
+				}
+			}
+			continue
+		}
+		maxWait := int64(-1)
+		if w.deadline > 0 {
+			maxWait = int64(w.deadline - w.arrive)
+		}
+		if o.ok(now, 1, maxWait) {
+			_, act[e.i], booked[e.i] = o.decide(now, 1, maxWait, e.i)
+			if givenBack[act[e.i]] {
+				reused++
+			}
+		}
+	}
+	var ok, full, late int
+	var okArrivals []int
+	for i, w := range ws {
+		var want time.Duration
+		switch {
+		case !w.returned:
+			t.Fatalf("waiter %d never returned", i)
+		case !booked[i]:
+			want = w.arrive
+			if !errors.Is(w.err, ErrLimited) {
+				t.Fatalf("waiter %d (arrived %v, deadline %v): %v; the oracle refuses it", i, w.arrive, w.deadline, w.err)
+			}
+			if w.deadline > 0 && errors.Is(w.err, context.DeadlineExceeded) {
+				late++
+			} else {
+				full++
+			}
+		case cancelled[i]:
+			want = w.cancel
+			if !errors.Is(w.err, context.Canceled) {
+				t.Fatalf("waiter %d (arrived %v, cancelled %v, slot %v): %v; want context.Canceled",
+					i, w.arrive, w.cancel, time.Duration(act[i]), w.err)
+			}
+		default:
+			want = time.Duration(act[i])
+			if w.err != nil {
+				t.Fatalf("waiter %d (arrived %v, deadline %v, cancel %v): %v; the oracle books it at %v",
+					i, w.arrive, w.deadline, w.cancel, w.err, want)
+			}
+			ok++
+			okArrivals = append(okArrivals, i)
+		}
+		if w.at != want {
+			t.Fatalf("waiter %d returned at %v (%v), want %v", i, w.at, w.err, want)
+		}
+	}
+	// FIFO, and the output never bursts.
+	slices.SortFunc(okArrivals, func(a, b int) int { return int(ws[a].arrive - ws[b].arrive) })
+	for k := 1; k < len(okArrivals); k++ {
+		if prev, cur := ws[okArrivals[k-1]], ws[okArrivals[k]]; cur.at-prev.at < interval {
+			t.Fatalf("successes arrived at %v and %v depart at %v and %v", prev.arrive, cur.arrive, prev.at, cur.at)
+		}
+	}
+	t.Logf("%d succeeded, %d refused (queue full), %d refused (deadline), %d cancelled: %d given back (%d slots reused), %d kept",
+		ok, full, late, back+kept, back, reused, kept)
+	if ok == 0 || full == 0 || late == 0 || back == 0 || kept == 0 || reused == 0 {
+		t.Fatal("a kind of outcome never happened: the storm is too tame")
+	}
+}
+
+// A smaller wait storm on each window algorithm: 2,000 goroutines arrive
+// over 2 s, ten times the rate of 10 per 100 ms, with deadlines and
+// cancellations mixed. Every goroutine returns and none is left behind;
+// successes come in order of arrival; and they never break the algorithm's
+// bound: at most L per window (FixedWindow, and SlidingWindowCounter for
+// its own window), at most L in any interval of length W (SlidingLog), at
+// most 2L − ⌈2L/W⌉ in any such interval (SlidingWindowCounter).
+func TestWaitStormWindows(t *testing.T) {
+	const (
+		waiters = 2000
+		limit   = 10
+		window  = 100 * time.Millisecond
+	)
+	rate := Per(limit, window)
+	for _, alg := range []struct {
+		name  string
+		new   func() (Limiter, error)
+		fixed bool // at most L per window aligned to the epoch
+		slide int  // at most this many in any interval of length W
+	}{
+		{"FixedWindow", func() (Limiter, error) { return NewFixedWindow(rate) }, true, 2 * limit},
+		{"SlidingLog", func() (Limiter, error) { return NewSlidingLog(rate) }, false, limit},
+		{"SlidingWindowCounter", func() (Limiter, error) { return NewSlidingWindowCounter(rate) }, true, swcBound(limit, int64(window))},
+	} {
+		t.Run(alg.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(31, uint64(len(alg.name))))
+			type waiter struct {
+				arrive   time.Duration
+				returned bool
+				at       time.Time
+				err      error
+			}
+			ws := make([]waiter, waiters)
+			synctest.Test(t, func(t *testing.T) {
+				lim, err := alg.new()
+				if err != nil {
+					t.Fatal(err)
+				}
+				var wg sync.WaitGroup
+				for i := range ws {
+					w := &ws[i]
+					w.arrive = time.Duration(rng.Int64N(int64(2 * time.Second)))
+					ctx, cancel := context.WithCancel(context.Background())
+					switch rng.IntN(5) {
+					case 0: // a deadline, often too short
+						ctx, cancel = context.WithTimeout(context.Background(), w.arrive+time.Duration(rng.Int64N(int64(time.Second))))
+					case 1: // cancelled, perhaps while waiting
+						at := w.arrive + time.Duration(rng.Int64N(int64(2*time.Second)))
+						wg.Go(func() {
+							time.Sleep(at)
+							cancel()
+						})
+					}
+					wg.Go(func() {
+						defer cancel()
+						time.Sleep(w.arrive)
+						w.err = lim.Wait(ctx, "hot")
+						w.at, w.returned = time.Now(), true
+					})
+				}
+				wg.Wait()
+			})
+			var ok, refused, cancelled int
+			var events []winEvent
+			var order []int
+			for i, w := range ws {
+				switch {
+				case !w.returned:
+					t.Fatalf("waiter %d never returned", i)
+				case w.err == nil:
+					ok++
+					events = append(events, winEvent{t: w.at.UnixNano(), key: "hot", n: 1})
+					order = append(order, i)
+				case errors.Is(w.err, ErrLimited) && errors.Is(w.err, context.DeadlineExceeded):
+					refused++
+				case errors.Is(w.err, context.Canceled), errors.Is(w.err, context.DeadlineExceeded):
+					cancelled++
+				default:
+					t.Fatalf("waiter %d: unexpected error %v", i, w.err)
+				}
+			}
+			if ok == 0 || refused == 0 || cancelled == 0 {
+				t.Fatalf("ok %d, refused %d, cancelled %d: a kind never happened", ok, refused, cancelled)
+			}
+			if most := winMaxInWindow(events, int64(window))["hot"]; most > alg.slide {
+				t.Fatalf("%d successes within %v, bound %d", most, window, alg.slide)
+			}
+			if alg.fixed {
+				per := map[int64]int{}
+				for _, e := range events {
+					if per[e.t/int64(window)]++; per[e.t/int64(window)] > limit {
+						t.Fatalf("more than %d successes in the window of %v", limit, time.Unix(0, e.t))
+					}
+				}
+			}
+			slices.SortFunc(order, func(a, b int) int { return int(ws[a].arrive - ws[b].arrive) })
+			for k := 1; k < len(order); k++ {
+				if prev, cur := ws[order[k-1]], ws[order[k]]; cur.at.Before(prev.at) {
+					t.Fatalf("arrived at %v and %v, served at %v and %v: out of order",
+						prev.arrive, cur.arrive, prev.at.Sub(ws[0].at), cur.at.Sub(ws[0].at))
+				}
+			}
+			t.Logf("%d succeeded, %d refused at once, %d cancelled or timed out while waiting", ok, refused, cancelled)
+		})
+	}
+}
