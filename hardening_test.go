@@ -366,10 +366,14 @@ func TestWaitStormLeakyBucket(t *testing.T) {
 // A smaller wait storm on each window algorithm: 2,000 goroutines arrive
 // over 2 s, ten times the rate of 10 per 100 ms, with deadlines and
 // cancellations mixed. Every goroutine returns and none is left behind;
-// successes come in order of arrival; and they never break the algorithm's
-// bound: at most L per window (FixedWindow, and SlidingWindowCounter for
-// its own window), at most L in any interval of length W (SlidingLog), at
-// most 2L − ⌈2L/W⌉ in any such interval (SlidingWindowCounter).
+// successes never break the algorithm's bound: at most L per window
+// (FixedWindow, and SlidingWindowCounter for its own window), at most L in
+// any interval of length W (SlidingLog), at most 2L − ⌈2L/W⌉ in any such
+// interval (SlidingWindowCounter); and the successes of FixedWindow and
+// SlidingLog come in order of arrival. (SlidingWindowCounter's are not
+// always in order: a Cancel of bookings in the window before the key's
+// lowers that window's weight, and a new booking may then act before
+// earlier ones; see the report of the hardening branch.)
 func TestWaitStormWindows(t *testing.T) {
 	const (
 		waiters = 2000
@@ -382,10 +386,11 @@ func TestWaitStormWindows(t *testing.T) {
 		new   func() (Limiter, error)
 		fixed bool // at most L per window aligned to the epoch
 		slide int  // at most this many in any interval of length W
+		fifo  bool // successes in order of arrival
 	}{
-		{"FixedWindow", func() (Limiter, error) { return NewFixedWindow(rate) }, true, 2 * limit},
-		{"SlidingLog", func() (Limiter, error) { return NewSlidingLog(rate) }, false, limit},
-		{"SlidingWindowCounter", func() (Limiter, error) { return NewSlidingWindowCounter(rate) }, true, swcBound(limit, int64(window))},
+		{"FixedWindow", func() (Limiter, error) { return NewFixedWindow(rate) }, true, 2 * limit, true},
+		{"SlidingLog", func() (Limiter, error) { return NewSlidingLog(rate) }, false, limit, true},
+		{"SlidingWindowCounter", func() (Limiter, error) { return NewSlidingWindowCounter(rate) }, true, swcBound(limit, int64(window)), false},
 	} {
 		t.Run(alg.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(31, uint64(len(alg.name))))
@@ -459,7 +464,7 @@ func TestWaitStormWindows(t *testing.T) {
 				}
 			}
 			slices.SortFunc(order, func(a, b int) int { return int(ws[a].arrive - ws[b].arrive) })
-			for k := 1; k < len(order); k++ {
+			for k := 1; k < len(order) && alg.fifo; k++ {
 				if prev, cur := ws[order[k-1]], ws[order[k]]; cur.at.Before(prev.at) {
 					t.Fatalf("arrived at %v and %v, served at %v and %v: out of order",
 						prev.arrive, cur.arrive, prev.at.Sub(ws[0].at), cur.at.Sub(ws[0].at))
