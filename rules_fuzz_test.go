@@ -1,0 +1,68 @@
+package ratelimit
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// FuzzParseRules: ParseRules never panics; its errors match ErrInvalidRule;
+// the rules it accepts, written back as a configuration, read back the same.
+func FuzzParseRules(f *testing.F) {
+	for _, s := range []string{
+		socialConfig,
+		"POST /posts: 1/s per user\n*: 10,000/s global",
+		"GET /search:   30/m      burst 10   per ip    as search  # comment",
+		"a: 5 per 2s per user as x as y",
+		"a:: 1/s global\na:\t2/s global",
+		"x: 1/s per user\nx: 1/s per user",
+		"x: 0/s global", "x: 1/s burst 0 global", "x: 1/s as", ": 1/s global", "x 1/s global",
+		"x: 9223372036854775807/ns global", "x: 1/106751d burst 2 global", "x: 1_000/h PER IP",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, config string) {
+		rs, err := ParseRules(config)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidRule) {
+				t.Fatalf("ParseRules(%q): error %v does not match ErrInvalidRule", config, err)
+			}
+			return
+		}
+		defer rs.Close()
+		classes := append(rs.Classes(), "\x00 a class of no rule")
+		var b strings.Builder
+		seen := map[string]bool{}
+		for _, c := range classes {
+			for _, r := range rs.Limits(c) {
+				if seen[r.Name] {
+					continue
+				}
+				seen[r.Name] = true
+				b.WriteString(r.Class + ": " + r.Rate.String() + " burst " + strconv.Itoa(r.Burst) + " " + r.Scope.String())
+				if r.Name != r.Class+" "+r.Rate.String()+" "+r.Scope.String() {
+					b.WriteString(" as " + r.Name)
+				}
+				b.WriteString("\n")
+			}
+		}
+		back, err := ParseRules(b.String())
+		if err != nil {
+			t.Fatalf("ParseRules(%q) accepted; written back as %q it fails: %v", config, b.String(), err)
+		}
+		defer back.Close()
+		for _, c := range classes {
+			got, want := back.Limits(c), rs.Limits(c)
+			if len(got) != len(want) {
+				t.Fatalf("class %q: %d rules read back, want %d (config %q, written %q)", c, len(got), len(want), config, b.String())
+			}
+			for i := range want {
+				g, w := got[i], want[i]
+				if g.Class != w.Class || g.Name != w.Name || g.Rate != w.Rate || g.Burst != w.Burst || g.Scope != w.Scope {
+					t.Fatalf("class %q rule %d: read back %+v, want %+v (written %q)", c, i, g, w, b.String())
+				}
+			}
+		}
+	})
+}
