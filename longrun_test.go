@@ -41,9 +41,12 @@ import (
 // ManualClock, on fewer events, against the same closed forms.
 //
 // Size: 10⁷ events for one mode of each algorithm at each rate, 10⁶ for
-// the others, 2·10⁵ through the limiter's methods. Under the race detector
-// or with -short, a tenth of that, so that the file stays within a few
-// seconds on two cores under -race (raceEnabled is set by race_test.go).
+// the others (but 10⁷ for the windows at 10⁶ per second, whose bursts alone
+// take 10⁶), 2·10⁵ through the limiter's methods: about 10 s of CPU, half
+// that on two cores. Under the race detector or with -short, a tenth of
+// that, and the windows at 10⁶ per second are left out, so that the file
+// takes about 15 s under -race on two cores (raceEnabled is set by
+// race_test.go and norace_test.go).
 
 func longRunEvents() (pure, api int64) {
 	if raceEnabled || testing.Short() {
