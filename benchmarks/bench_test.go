@@ -1,7 +1,6 @@
 package benchmarks
 
 import (
-	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -24,15 +23,18 @@ var (
 
 func keySet(n int) []string {
 	keysOnce.Do(func() {
-		var sb strings.Builder
-		sb.Grow(maxKeys * 10)
+		const hex = "0123456789abcdef"
+		buf := make([]byte, 0, maxKeys*10)
 		for i := range maxKeys {
-			fmt.Fprintf(&sb, "k:%08x", i)
+			buf = append(buf, 'k', ':')
+			for shift := 28; shift >= 0; shift -= 4 {
+				buf = append(buf, hex[i>>shift&0xf])
+			}
 		}
-		buf := sb.String()
+		all := string(buf)
 		allKeys = make([]string, maxKeys)
 		for i := range allKeys {
-			allKeys[i] = buf[i*10 : i*10+10]
+			allKeys[i] = all[i*10 : i*10+10]
 		}
 	})
 	return allKeys[:n]

@@ -69,6 +69,9 @@ func TestKeySet(t *testing.T) {
 		}
 		seen[k] = true
 	}
+	if keys[0] != "k:00000000" || keys[maxKeys-1] != "k:000f423f" {
+		t.Fatalf("keys run from %q to %q", keys[0], keys[maxKeys-1])
+	}
 	if got := keySet(10_000); len(got) != 10_000 || got[9999] != keys[9999] {
 		t.Fatal("the 10k set is not a prefix of the 1M set")
 	}
