@@ -183,7 +183,7 @@ func BenchmarkKeys(b *testing.B) {
 					continue
 				}
 				b.Run("impl="+im.name, func(b *testing.B) {
-					lim := im.build(allowSpec)
+					lim := im.build(keyedSpec)
 					defer closeLimiter(lim)
 					for _, k := range keys {
 						if !lim.allow(k) {
@@ -296,7 +296,7 @@ func memoryFlood(b *testing.B, im impl, keys []string) {
 	var perKey, nsPerKey, idlePerKey, idlePct float64
 	measurable := true
 	for range b.N {
-		s := allowSpec
+		s := keyedSpec
 		s.clock = ratelimit.NewManualClock(time.Unix(1_700_000_000, 0))
 		base := liveHeap()
 		start := time.Now()

@@ -42,7 +42,7 @@ func TestKeyedPaths(t *testing.T) {
 			continue
 		}
 		t.Run(im.name, func(t *testing.T) {
-			allow := im.build(allowSpec)
+			allow := im.build(keyedSpec)
 			defer closeLimiter(allow)
 			deny := im.build(denySpec)
 			defer closeLimiter(deny)
