@@ -30,13 +30,13 @@ lint: vet
 ## bench: our limiters and the peers side by side (the benchmarks/ module),
 ## COUNT runs of each, BENCHTIME each; the raw output goes to BENCHRAW
 ## (ignored by git), then a benchstat summary and the ratios against
-## x/time/rate, with issue 7's targets. A full run takes about 15 minutes;
+## x/time/rate, with issue 7's targets. A full run takes about 12 minutes;
 ## while developing: make bench COUNT=1 BENCHTIME=200ms
 ## A subset: make bench BENCH='OneKey/path=allow' MEMBENCH=  (MEMBENCH empty
 ## skips the memory flood, which always runs once per count: -benchtime 1x).
 ## A CPU profile of one row: make bench-profile PROFILE='OneKey/path=allow/impl=ours-tokenbucket/run=serial'
 COUNT ?= 6
-BENCHTIME ?= 1s
+BENCHTIME ?= 500ms
 BENCH ?= .
 MEMBENCH ?= ^BenchmarkMemory$$
 BENCHRAW ?= bench.txt

@@ -1,7 +1,9 @@
 package benchmarks
 
 import (
+	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,7 +15,14 @@ import (
 
 // Key sets. Keys are built once per process, 10 bytes each ("k:" and eight
 // hex digits), as substrings of one buffer, so that neither building nor
-// allocating them is measured. The 10k set is a prefix of the 1M set.
+// allocating them is measured; walked in order, they are in cache like a
+// request's key. The 10k set is a prefix of the 1M set.
+//
+// Limiters are populated with copies (strings.Clone), as a service's would
+// be with keys cut from requests, and in shuffled order: a map that keeps
+// the caller's string must not find its stored keys in this sequential
+// buffer, in cache, when it compares them, while a store that copies keys
+// finds them scattered.
 const maxKeys = 1_000_000
 
 var (
@@ -38,6 +47,18 @@ func keySet(n int) []string {
 		}
 	})
 	return allKeys[:n]
+}
+
+// shuffled returns keys in a fixed pseudo-random order. Limiters are
+// populated in this order and then walked in key order, so that what they
+// allocate per key (a key copy, a limiter object) is not laid out in the
+// order of the walk: in a service, keys are first seen in one order and
+// come back in another. Walking per-key objects in their allocation order
+// would turn their cache misses into prefetched sequential reads.
+func shuffled(keys []string) []string {
+	out := slices.Clone(keys)
+	rand.New(rand.NewPCG(1, 2)).Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
 }
 
 var keyCounts = []struct {
@@ -98,8 +119,8 @@ func BenchmarkFloor(b *testing.B) {
 		b.Run("op=map-"+kc.name, func(b *testing.B) {
 			keys := keySet(kc.n)
 			m := make(map[string]int, len(keys))
-			for i, k := range keys {
-				m[k] = i
+			for i, k := range shuffled(keys) {
+				m[strings.Clone(k)] = i
 			}
 			b.ReportAllocs()
 			i, sum := 0, 0
@@ -169,8 +190,8 @@ func BenchmarkOneKey(b *testing.B) {
 }
 
 // BenchmarkKeys measures the allow path over many keys, 10 bytes each,
-// inserted before the timer starts and cycled through in order, from one
-// goroutine and from GOMAXPROCS goroutines (each starting at its own offset,
+// inserted (as copies, in shuffled order) before the timer starts and
+// cycled through in key order, from one goroutine and from GOMAXPROCS goroutines (each starting at its own offset,
 // so they work on distinct keys). One limiter per implementation and key
 // count is populated and shared by the serial and parallel runs and every
 // -count repetition: 1M keys are inserted once per process.
@@ -185,8 +206,8 @@ func BenchmarkKeys(b *testing.B) {
 				b.Run("impl="+im.name, func(b *testing.B) {
 					lim := im.build(keyedSpec)
 					defer closeLimiter(lim)
-					for _, k := range keys {
-						if !lim.allow(k) {
+					for _, k := range shuffled(keys) {
+						if !lim.allow(strings.Clone(k)) {
 							b.Fatalf("%s denied new key %q", im.name, k)
 						}
 					}
