@@ -75,9 +75,11 @@ func ExampleParseRate() {
 	// ratelimit: invalid rate "ten/s": count "ten" is not an integer
 }
 
-// The README's quick start: a limit per client IP in a handler.
+// The README's quick start: a limit per client IP in a handler (here on a
+// manual clock, so that no token comes back while the burst runs).
 func ExampleTokenBucket_perIP() {
-	lim, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 20)
+	clock := ratelimit.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	lim, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 20, ratelimit.WithClock(clock))
 	if err != nil {
 		log.Fatal(err)
 	}
