@@ -165,12 +165,12 @@ func BenchmarkOneKey(b *testing.B) {
 					continue
 				}
 				b.Run("impl="+im.name, func(b *testing.B) {
-					// newLimiter builds a limiter held on path p.
+					// newLimiter builds a limiter held on path p, its
+					// key created (and, on the deny path, its one event
+					// spent) before the timer starts.
 					newLimiter := func() limiter {
 						lim := im.build(p.spec)
-						if !p.allow {
-							lim.allow(keys[0]) // spend the one event
-						}
+						lim.allow(keys[0])
 						return lim
 					}
 					b.Run("run=serial", func(b *testing.B) {
@@ -181,7 +181,7 @@ func BenchmarkOneKey(b *testing.B) {
 					b.Run("run=parallel", func(b *testing.B) {
 						lim := newLimiter()
 						defer closeLimiter(lim)
-						runParallel(b, lim.allow, keys, p.allow)
+						runParallel(b, lim.allow, keys, p.allow, im.outOfOrder && p.allow)
 					})
 				})
 			}
@@ -215,7 +215,7 @@ func BenchmarkKeys(b *testing.B) {
 						runSerial(b, lim.allow, keys, true)
 					})
 					b.Run("run=parallel", func(b *testing.B) {
-						runParallel(b, lim.allow, keys, true)
+						runParallel(b, lim.allow, keys, true, false)
 					})
 					runtime.GC() // free this limiter before the next is built
 				})
@@ -246,8 +246,10 @@ func runSerial(b *testing.B, allow func(string) bool, keys []string, want bool) 
 // share of keys: goroutine g of P cycles through keys[g*n/P : (g+1)*n/P]
 // (with one key, all of them on that key). No key is touched by two
 // goroutines, so what is measured is the limiter's own contention (shared
-// locks, shared cache lines), not contention for a key.
-func runParallel(b *testing.B, allow func(string) bool, keys []string, want bool) {
+// locks, shared cache lines), not contention for a key. If tolerate is set,
+// calls off the expected path are reported as a share, denied-% (see
+// impl.outOfOrder), rather than failing the run.
+func runParallel(b *testing.B, allow func(string) bool, keys []string, want, tolerate bool) {
 	b.ReportAllocs()
 	procs := runtime.GOMAXPROCS(0) // RunParallel's goroutines, at parallelism 1
 	var seq atomic.Int64
@@ -269,7 +271,10 @@ func runParallel(b *testing.B, allow func(string) bool, keys []string, want bool
 		}
 		wrong.Add(int64(w))
 	})
-	if w := wrong.Load(); w > 0 {
+	switch w := wrong.Load(); {
+	case tolerate:
+		b.ReportMetric(100*float64(w)/float64(b.N), "denied-%")
+	case w > 0:
 		b.Fatalf("%d of %d calls were not on the %s path", w, b.N, pathName(want))
 	}
 }

@@ -71,13 +71,27 @@ type impl struct {
 	name   string
 	oneKey bool // runs the one-key scenarios
 	keyed  bool // runs the keyed and memory scenarios
-	build  func(s spec) limiter
+	// outOfOrder marks a limiter that refuses an event stamped before one
+	// it has already let through (a shaper, an exact log). In the one-key
+	// parallel run on the allow path each goroutine reads the clock before
+	// taking the key's lock, so some calls arrive out of order and are
+	// refused: that run reports their share as denied-% instead of failing.
+	outOfOrder bool
+	build      func(s spec) limiter
 }
 
 // impls is every rate limiter under test, ours first. Adding an algorithm
 // is one entry here.
 var impls = []impl{
 	{name: "ours-tokenbucket", oneKey: true, keyed: true, build: buildTokenBucket},
+	{name: "ours-leakybucket", oneKey: true, keyed: true, outOfOrder: true, build: buildLeakyBucket},
+	{name: "ours-fixedwindow", oneKey: true, keyed: true, build: buildFixedWindow},
+	{name: "ours-slidingcounter", oneKey: true, keyed: true, build: buildSlidingCounter},
+	// The sliding log keeps 8 bytes per event of its limit for every key:
+	// a limit that is never reached over many keys (2²⁴ events) is over its
+	// maximum of 2²⁰ and would take 128 MiB per key, so it runs on one key
+	// only, with a limit a one-key run cannot reach within its window.
+	{name: "ours-slidinglog", oneKey: true, outOfOrder: true, build: buildSlidingLog},
 
 	{name: "xrate", oneKey: true, build: buildXRate},
 	{name: "xrate-map", keyed: true, build: buildXRateMap},
@@ -124,6 +138,49 @@ func ourIdle(s spec, sweep func()) func() {
 func buildTokenBucket(s spec) limiter {
 	tb := must(ratelimit.NewTokenBucket(ratelimit.Per(int64(s.limit), s.period), s.limit, ourOptions(s)...))
 	return limiter{allow: tb.Allow, idle: ourIdle(s, tb.Sweep), close: func() { tb.Close() }}
+}
+
+// buildLeakyBucket is our shaper. Its Allow succeeds only when the key's
+// queue is empty, so a limit that is never reached means a slot of 1ns:
+// every call finds the queue drained since the last. The deny path is a
+// queue of one event per hour, booked.
+//
+// Over many keys this leaves every key at rest between two visits: when a
+// shard is about to grow, the store drops its keys at rest, and those come
+// back as new keys (an allocation each) on their next visit. The keyed
+// rows include that cost (after the keys are populated no shard grows, so
+// it is small); with a frozen clock (the memory benchmark) no key comes to
+// rest during the flood.
+func buildLeakyBucket(s spec) limiter {
+	rate, capacity := ratelimit.PerSecond(1e9), 1
+	if s.limit == 1 {
+		rate = ratelimit.Per(1, s.period)
+	}
+	lb := must(ratelimit.NewLeakyBucket(rate, capacity, ourOptions(s)...))
+	return limiter{allow: lb.Allow, idle: ourIdle(s, lb.Sweep), close: func() { lb.Close() }}
+}
+
+func buildFixedWindow(s spec) limiter {
+	fw := must(ratelimit.NewFixedWindow(ratelimit.Per(int64(s.limit), s.period), ourOptions(s)...))
+	return limiter{allow: fw.Allow, idle: ourIdle(s, fw.Sweep), close: func() { fw.Close() }}
+}
+
+func buildSlidingCounter(s spec) limiter {
+	sc := must(ratelimit.NewSlidingWindowCounter(ratelimit.Per(int64(s.limit), s.period), ourOptions(s)...))
+	return limiter{allow: sc.Allow, idle: ourIdle(s, sc.Sweep), close: func() { sc.Close() }}
+}
+
+// buildSlidingLog is our exact sliding log. On the allow path its limit is
+// its maximum, 2²⁰ events per 10ms (an 8 MiB log), more than one key can
+// be called in 10ms, so every call is allowed while old entries leave the
+// window at the rate new ones come in: its steady state.
+func buildSlidingLog(s spec) limiter {
+	rate := ratelimit.Per(1<<20, 10*time.Millisecond)
+	if s.limit == 1 {
+		rate = ratelimit.Per(1, s.period)
+	}
+	sl := must(ratelimit.NewSlidingLog(rate, ourOptions(s)...))
+	return limiter{allow: sl.Allow, idle: ourIdle(s, sl.Sweep), close: func() { sl.Close() }}
 }
 
 // golang.org/x/time/rate
