@@ -46,7 +46,7 @@ lint: vet
 ## MEMBENCH skips the memory flood).
 ## A CPU profile of one row: make bench-profile PROFILE='OneKey/path=allow/impl=ours-tokenbucket/run=serial'
 COUNT ?= 6
-BENCHTIME ?= 500ms
+BENCHTIME ?= 300ms
 BENCH ?= .
 MEMBENCH ?= ^BenchmarkMemory$$
 MEMCOUNT ?= 1
