@@ -38,8 +38,9 @@ lint: vet
 ## goes to BENCHRAW (ignored by git). The samples are taken in COUNT rounds
 ## of the whole suite (-count 1 each) rather than with -count COUNT, which
 ## repeats each benchmark back to back: on a shared machine a burst of load
-## then falls on every implementation alike, not on one. A full run takes 10
-## to 15 minutes on 2 cores; while developing: make bench COUNT=1 BENCHTIME=200ms
+## then falls on every implementation alike, not on one. A full run takes
+## about 10 minutes on an idle 2-core machine (18 under a load of 8); while
+## developing: make bench COUNT=1 BENCHTIME=200ms
 ## The memory flood runs MEMCOUNT times (default 1: its bytes per key do not
 ## change from run to run) with -benchtime 1x, each run a whole flood.
 ## A subset: make bench BENCH='OneKey/path=allow' MEMBENCH=  (an empty
