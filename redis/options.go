@@ -42,9 +42,9 @@ type Option func(*config)
 
 // config holds every option with its default, in one place.
 type config struct {
-	prefix    string             // default: "ratelimit:"
-	timeout   time.Duration      // default: 100 ms
-	policy    FailurePolicy      // default: FailLocal
+	prefix    string        // default: "ratelimit:"
+	timeout   time.Duration // default: 100 ms
+	policy    FailurePolicy // default: FailLocal
 	onError   func(key string, err error)
 	clock     ratelimit.Clock    // default: ratelimit.SystemClock()
 	localOpts []ratelimit.Option // default: a cap of defaultLocalKeys
