@@ -72,12 +72,21 @@ func newNanoClock(c Clock) nanoClock {
 	return n
 }
 
+// Limiters see time within [minNanos, maxNanos] (years 1970 to 2116): a
+// clock outside is clamped, so that an instant plus a few spans of maxSpan,
+// or minus another instant, never overflows int64. The system clock is
+// always inside.
+const (
+	minNanos = 0
+	maxNanos = 1 << 62
+)
+
 // now returns the current time in Unix nanoseconds.
 func (n *nanoClock) now() int64 {
 	if n.system {
 		return n.base + int64(time.Since(n.start))
 	}
-	return n.clock.Now().UnixNano()
+	return min(max(n.clock.Now().UnixNano(), minNanos), maxNanos)
 }
 
 // timeOf converts a nanosecond instant of this clock into a time.Time.

@@ -16,8 +16,10 @@ type algo[S any] interface {
 	step(s *S, now, n, maxWait int64) (d Decision, act int64, ok bool)
 	// unstep gives back n events booked to conform at act, if at <= act.
 	unstep(s *S, n, act, at int64)
-	// atRest reports whether the state is back to a full allowance with
-	// nothing booked: dropping it changes no later decision.
+	// atRest reports whether the state was back to a full allowance with
+	// nothing booked at now: dropping it changes no later decision. The
+	// store may ask with a now in the past (now minus a grace period): a
+	// state touched after that instant must not be at rest then.
 	atRest(s *S, now int64) bool
 }
 

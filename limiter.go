@@ -49,7 +49,9 @@ type Limiter interface {
 	// Reserve books n events for key at the earliest time they conform
 	// and returns the booking. The caller waits Reservation.Delay before
 	// acting, or calls Cancel to give the booking back. ctx bounds the call
-	// itself (a round trip to a backend), not the delay.
+	// itself (a round trip to a backend), not the delay. A booking that
+	// cannot be made (a full queue, or more than 36 years ahead) is returned
+	// with OK false, having booked nothing.
 	Reserve(ctx context.Context, key string, n int) (*Reservation, error)
 
 	// Wait is shorthand for WaitN(ctx, key, 1).
@@ -59,7 +61,9 @@ type Limiter interface {
 	// If ctx is already done it returns ctx.Err() and consumes nothing. If
 	// the needed delay would pass ctx's deadline it fails at once, consuming
 	// nothing, with an error matching both ErrLimited and
-	// context.DeadlineExceeded. If ctx ends during the wait the booking is
+	// context.DeadlineExceeded. (A deadline is an instant of real time: the
+	// time left before it is measured by the time package, whatever the
+	// limiter's Clock.) If ctx ends during the wait the booking is
 	// given back and ctx.Err() returned.
 	WaitN(ctx context.Context, key string, n int) error
 }
@@ -261,7 +265,9 @@ func waitN(ctx context.Context, b booker, nc *nanoClock, key string, n, limit in
 	}
 	var maxWait int64 = noMaxWait
 	if dl, ok := ctx.Deadline(); ok {
-		maxWait = max(int64(dl.Sub(nc.clock.Now())), 0)
+		// A context's deadline is an instant of real time: what is left of
+		// it is measured on the time package's clock, whatever our Clock.
+		maxWait = max(int64(time.Until(dl)), 0)
 	}
 	r, err := reserve(b, nc, key, n, limit, maxWait)
 	if err != nil {

@@ -30,10 +30,10 @@ type Stats struct {
 // each behind its own mutex), so that an existing key costs a hash, a
 // probe and no allocation.
 //
-// Keys at rest, as told by atRest, are dropped lazily: each insert advances
-// a sweep cursor a few slots, Sweep does a whole pass, and a sweeper
-// goroutine (WithSweepInterval) calls Sweep periodically. A pass that leaves
-// a table mostly empty rebuilds it smaller, so memory really comes back.
+// Keys at rest, as told by atRest, are dropped lazily: a table about to
+// grow is swept first, Sweep sweeps every table, and a sweeper goroutine
+// (WithSweepInterval) calls Sweep periodically. A sweep that leaves a table
+// mostly empty rebuilds it smaller, so memory really comes back.
 type store[S any] struct {
 	seed        maphash.Seed
 	shards      []shard[S]
@@ -51,8 +51,8 @@ type shard[S any] struct {
 	mu     sync.Mutex
 	slots  []slot[S] // len is 0 or a power of two
 	n      int       // keys held
-	tick   uint32    // access counter for LRU
-	cursor int       // incremental sweep position
+	tick   uint32    // access counter, for LRU
+	cursor int       // where the next eviction sample starts
 
 	inserts, evictedAtRest, evictedLRU uint64
 
@@ -68,8 +68,8 @@ type slot[S any] struct {
 
 const (
 	minSlots   = 8
-	sweepStep  = 4  // slots examined per insert
-	evictProbe = 32 // keys sampled when choosing a victim at the cap
+	restGrace  = 10 * time.Second // how long a key rests before a growing table drops it
+	evictProbe = 32               // keys sampled when choosing a victim at the cap
 )
 
 func newStore[S any](cfg config, atRest func(s *S, now int64) bool) *store[S] {
@@ -157,16 +157,19 @@ func (st *store[S]) lock(key string, now int64, create bool) (sh *shard[S], s *S
 }
 
 // insert adds key, known to be absent, and returns its zero state.
-// Requires sh.mu held.
+// A table about to grow is first swept of keys that have been at rest for
+// restGrace; it grows only if that leaves it more than half full. Sweeps
+// thus cost O(1) amortised per insert, and keys in use are not churned out
+// and back in when they come to rest between uses. Requires sh.mu held.
 func (st *store[S]) insert(sh *shard[S], key string, tag uint32, now int64) *S {
-	if len(sh.slots) > 0 {
-		st.sweepSome(sh, now, sweepStep)
-	}
 	if st.perShardMax > 0 && sh.n >= st.perShardMax {
 		st.evictOne(sh, now)
 	}
 	if (sh.n+1)*4 > len(sh.slots)*3 {
-		sh.resize(max(minSlots, len(sh.slots)*2))
+		st.sweepShard(sh, now, false)
+		if (sh.n+1)*2 > len(sh.slots) {
+			sh.resize(max(minSlots, len(sh.slots)*2))
+		}
 	}
 	mask := len(sh.slots) - 1
 	i := int(tag) & mask
@@ -182,25 +185,23 @@ func (st *store[S]) insert(sh *shard[S], key string, tag uint32, now int64) *S {
 	return &sl.s
 }
 
-// sweepSome examines k slots from the sweep cursor and drops keys at rest.
-// At the end of a pass it shrinks a mostly empty table. Requires sh.mu held.
-func (st *store[S]) sweepSome(sh *shard[S], now int64, k int) {
-	for ; k > 0; k-- {
-		if sh.cursor >= len(sh.slots) {
-			sh.cursor = 0
-			sh.maybeShrink()
-			if len(sh.slots) == 0 {
-				return
-			}
-		}
-		sl := &sh.slots[sh.cursor]
+// sweepShard drops the keys at rest at now (all is set) or at rest for at
+// least restGrace, and shrinks the table if that left it mostly empty.
+// Requires sh.mu held.
+func (st *store[S]) sweepShard(sh *shard[S], now int64, all bool) {
+	if !all {
+		now -= int64(restGrace) // at rest then, and untouched since
+	}
+	for j := 0; j < len(sh.slots); {
+		sl := &sh.slots[j]
 		if sl.tag != 0 && st.atRest(&sl.s, now) {
-			sh.deleteAt(sh.cursor) // a later key may move here: look again
+			sh.deleteAt(j) // a later key may move here: look again
 			sh.evictedAtRest++
 			continue
 		}
-		sh.cursor++
+		j++
 	}
+	sh.maybeShrink()
 }
 
 // evictOne drops one key to make room at the cap: the first key at rest
@@ -293,16 +294,7 @@ func (st *store[S]) sweep(now int64) {
 	for i := range st.shards {
 		sh := &st.shards[i]
 		sh.mu.Lock()
-		for j := 0; j < len(sh.slots); {
-			if sl := &sh.slots[j]; sl.tag != 0 && st.atRest(&sl.s, now) {
-				sh.deleteAt(j) // a later key may move here: look again
-				sh.evictedAtRest++
-				continue
-			}
-			j++
-		}
-		sh.maybeShrink()
-		sh.cursor = 0
+		st.sweepShard(sh, now, true)
 		sh.mu.Unlock()
 	}
 }

@@ -46,14 +46,15 @@ type tbAlgo struct {
 	tau      ftime // C intervals: the burst tolerance
 }
 
-// maxSpan bounds capacity × interval (and the like for windows) so that
-// every sum of instants stays within int64 for centuries of Unix time.
-const maxSpan = int64(1) << 61 // about 73 years
+// maxSpan bounds capacity × interval (and the like for windows), and how
+// far ahead Reserve books, so that every sum of instants stays within int64
+// (see minNanos and maxNanos).
+const maxSpan = int64(1) << 60 // about 36 years
 
 // NewTokenBucket returns a token bucket per key of the given capacity,
 // refilled at rate. It returns an error matching ErrInvalidRate if the
 // rate's count or period is not positive, and ErrInvalidCapacity if
-// capacity is not positive or capacity/rate exceeds 73 years.
+// capacity is not positive or capacity/rate exceeds 36 years.
 func NewTokenBucket(rate Rate, capacity int, opts ...Option) (*TokenBucket, error) {
 	alg, err := newTBAlgo(rate, capacity)
 	if err != nil {
@@ -115,7 +116,7 @@ func (a *tbAlgo) step(s *tbState, now, n, maxWait int64) (d Decision, act int64,
 		delay = a.iv.diff(next, full).ceilNs() // next - tau - now, rounded up
 	}
 	d.Limit = int(a.capacity)
-	if maxWait >= 0 && delay > maxWait {
+	if (maxWait >= 0 && delay > maxWait) || delay > maxSpan {
 		d.Remaining = int(min(a.iv.count(a.iv.diff(full, base)), a.capacity))
 		d.RetryAfter = durationNs(delay)
 		d.ResetAfter = durationNs(base.ceilNs() - now)

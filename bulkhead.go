@@ -1,0 +1,457 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrBulkheadFull means a bulkhead refused a call: no permit was free and
+// the caller could not wait for one, because the bound on waiters was
+// reached or (for the error of a wait that ran out of time, which also
+// matches it) the maximum wait passed. The text is part of the API.
+var ErrBulkheadFull = errors.New("ratelimit: bulkhead full")
+
+// maxBulkheadLimit is the largest limit a bulkhead accepts. The in-flight
+// count and the limit share one 64-bit word (see Bulkhead.state), 31 bits
+// for the limit.
+const maxBulkheadLimit = 1<<31 - 1
+
+// Bulkhead is a counting semaphore that bounds the calls in flight: at
+// most Limit calls hold a permit at once. Where a rate limiter bounds how
+// many calls start per period, a bulkhead bounds how many run at the same
+// time, so that one slow dependency cannot tie up every goroutine of a
+// service. The two are often used together around one outbound client.
+//
+// Most callers want Do, which acquires a permit, runs a function and
+// releases the permit even if the function panics. TryAcquire takes a
+// permit only if one is free now; Acquire waits for one.
+//
+// Waiters are served in FIFO order: a permit released while calls wait is
+// handed to the longest-waiting call, and TryAcquire refuses while anyone
+// waits. Without that, a stream of fresh callers could keep taking the
+// permits that free up and starve a caller that has waited longest.
+// Waiting may be bounded in time (WithMaxWait) and in the number of
+// waiters (WithMaxWaiters); past either bound, Acquire returns an error
+// matching ErrBulkheadFull. No permit is ever lost: a wait that ends (ctx
+// done, maximum wait passed) at the instant a permit is handed to it
+// passes that permit on to the next waiter, or back to the pool.
+//
+// SetLimit resizes it at run time without dropping anyone: growing hands
+// the new permits to waiters at once; shrinking lets the calls in flight
+// finish and admits no new call until the count is below the new limit.
+//
+// A Bulkhead must be built with NewBulkhead; the zero value is not usable.
+// It is safe for concurrent use. It starts no goroutine. TryAcquire and
+// Release do not allocate, and neither does Acquire when a permit is free.
+type Bulkhead struct {
+	// state packs the bulkhead into one word so that TryAcquire and
+	// Release, when nobody waits, are a load and a compare-and-swap:
+	// bits 0-31 the calls in flight, bits 32-62 the limit, bit 63 set while
+	// the wait queue is not empty. While bit 63 is set the fast paths stand
+	// aside and state changes only under mu; it is set and cleared under mu.
+	// Measured on 2 shared cores (bulkhead_bench_test.go), a TryAcquire
+	// and Release pair costs about half the time of the same fast path
+	// behind a mutex (17 ns against 34) and a third of a buffered
+	// channel's (51 ns); on both cores at once, a third and a fifth.
+	state atomic.Uint64
+
+	mu    sync.Mutex
+	queue permitQueue // FIFO; guarded by mu
+
+	maxWait    time.Duration
+	maxWaiters int
+	clock      Clock
+	timeoutErr error // returned when maxWait passes
+}
+
+const (
+	bhInFlightMask = 1<<32 - 1
+	bhLimitShift   = 32
+	bhLimitMask    = maxBulkheadLimit << bhLimitShift
+	bhWaitersBit   = 1 << 63
+)
+
+func bhInFlight(s uint64) int { return int(s & bhInFlightMask) }
+func bhLimit(s uint64) int    { return int(s & bhLimitMask >> bhLimitShift) }
+
+// A BulkheadOption configures a Bulkhead or KeyedBulkhead built by
+// NewBulkhead or NewKeyedBulkhead.
+type BulkheadOption func(*bulkheadConfig)
+
+// bulkheadConfig holds every bulkhead option with its default, in one place.
+type bulkheadConfig struct {
+	maxWait    time.Duration // default: 0, bounded by ctx only
+	maxWaiters int           // default: 0, no bound
+	clock      Clock         // default: SystemClock()
+}
+
+func newBulkheadConfig(limit int, opts []BulkheadOption) (bulkheadConfig, error) {
+	c := bulkheadConfig{clock: SystemClock()}
+	for _, o := range opts {
+		o(&c)
+	}
+	if err := validBulkheadLimit(limit); err != nil {
+		return c, err
+	}
+	switch {
+	case c.maxWait < 0:
+		return c, fmt.Errorf("%w: bulkhead max wait must not be negative, got %v", ErrInvalidOption, c.maxWait)
+	case c.maxWaiters < 0:
+		return c, fmt.Errorf("%w: bulkhead max waiters must not be negative, got %d", ErrInvalidOption, c.maxWaiters)
+	case c.clock == nil:
+		return c, fmt.Errorf("%w: nil clock", ErrInvalidOption)
+	}
+	return c, nil
+}
+
+func validBulkheadLimit(n int) error {
+	if n <= 0 || n > maxBulkheadLimit {
+		return fmt.Errorf("%w: bulkhead limit must be in [1, %d], got %d", ErrInvalidCapacity, maxBulkheadLimit, n)
+	}
+	return nil
+}
+
+// timeoutError is the error of a wait that passed c.maxWait; built once so
+// that a timeout costs no allocation.
+func (c *bulkheadConfig) timeoutError() error {
+	if c.maxWait == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: no permit within the maximum wait of %v", ErrBulkheadFull, c.maxWait)
+}
+
+// WithMaxWait bounds how long Acquire waits for a permit: past d it gives
+// up with an error matching ErrBulkheadFull. The default, 0, sets no bound
+// beyond the context's. A negative d is an error matching ErrInvalidOption.
+func WithMaxWait(d time.Duration) BulkheadOption {
+	return func(c *bulkheadConfig) { c.maxWait = d }
+}
+
+// WithMaxWaiters bounds how many calls may wait for a permit at once
+// (per key, for a KeyedBulkhead): past n, Acquire returns ErrBulkheadFull
+// at once. The default, 0, sets no bound. A negative n is an error
+// matching ErrInvalidOption.
+func WithMaxWaiters(n int) BulkheadOption {
+	return func(c *bulkheadConfig) { c.maxWaiters = n }
+}
+
+// WithBulkheadClock makes the bulkhead take the timers of its maximum wait
+// from c instead of the system clock; tests use a ManualClock. A nil c is
+// an error matching ErrInvalidOption.
+func WithBulkheadClock(c Clock) BulkheadOption {
+	return func(cfg *bulkheadConfig) { cfg.clock = c }
+}
+
+// NewBulkhead returns a bulkhead that lets at most limit calls be in
+// flight at once. It returns an error matching ErrInvalidCapacity if limit
+// is not in [1, 2³¹-1], and ErrInvalidOption if an option is out of range.
+func NewBulkhead(limit int, opts ...BulkheadOption) (*Bulkhead, error) {
+	cfg, err := newBulkheadConfig(limit, opts)
+	if err != nil {
+		return nil, err
+	}
+	b := &Bulkhead{
+		maxWait:    cfg.maxWait,
+		maxWaiters: cfg.maxWaiters,
+		clock:      cfg.clock,
+		timeoutErr: cfg.timeoutError(),
+	}
+	b.state.Store(uint64(limit) << bhLimitShift)
+	return b, nil
+}
+
+// TryAcquire takes a permit if one is free now and nobody is waiting for
+// one, and reports whether it did. It never blocks. A true result must be
+// paired with one Release.
+func (b *Bulkhead) TryAcquire() bool {
+	for {
+		s := b.state.Load()
+		if s&bhWaitersBit != 0 || bhInFlight(s) >= bhLimit(s) {
+			return false
+		}
+		if b.state.CompareAndSwap(s, s+1) {
+			return true
+		}
+	}
+}
+
+// Acquire takes a permit, waiting in FIFO order behind earlier callers
+// until one is released, ctx is done or the maximum wait (WithMaxWait)
+// passes. A nil result must be paired with one Release.
+//
+// On failure the bulkhead is left unchanged and Acquire returns:
+// ctx.Err() if ctx was done before or during the wait (even if a permit
+// was free); ErrBulkheadFull at once if the bound on waiters
+// (WithMaxWaiters) is reached; an error matching ErrBulkheadFull, saying
+// how long it waited, if the maximum wait passed.
+func (b *Bulkhead) Acquire(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	default:
+	}
+	if b.TryAcquire() {
+		return nil
+	}
+	w, err := b.enqueue()
+	if w == nil {
+		return err
+	}
+	if err := awaitPermit(ctx, w, b.clock, b.maxWait, b.timeoutErr); err != nil {
+		b.abandon(w)
+		return err
+	}
+	return nil
+}
+
+// enqueue takes a permit if one is free, returning (nil, nil); else it
+// queues a waiter and returns it, or returns (nil, ErrBulkheadFull) if the
+// bound on waiters is reached.
+func (b *Bulkhead) enqueue() (*permitWaiter, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for {
+		s := b.state.Load()
+		// While the waiters bit is set, in-flight >= limit (notifyLocked
+		// keeps it so), so this takes a permit only when nobody waits.
+		if bhInFlight(s) < bhLimit(s) {
+			if b.state.CompareAndSwap(s, s+1) {
+				return nil, nil
+			}
+			continue
+		}
+		if b.maxWaiters > 0 && b.queue.n >= b.maxWaiters {
+			return nil, ErrBulkheadFull
+		}
+		// Setting the bit makes a concurrent fast-path Release, which
+		// would otherwise free the permit unseen, come to mu and hand it
+		// over to this waiter.
+		if s&bhWaitersBit != 0 || b.state.CompareAndSwap(s, s|bhWaitersBit) {
+			break
+		}
+	}
+	w := newPermitWaiter()
+	b.queue.push(w)
+	return w, nil
+}
+
+// abandon withdraws w after its wait ended without the permit. If the
+// permit was handed over at that very instant, it is passed on to the next
+// waiter or back to the pool, so the bulkhead is left as if w never waited.
+func (b *Bulkhead) abandon(w *permitWaiter) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if w.granted {
+		b.decrementLocked()
+		b.notifyLocked()
+		return
+	}
+	b.queue.remove(w)
+	if b.queue.n == 0 {
+		// The bit is set, so state is changed only under mu: Store is safe.
+		b.state.Store(b.state.Load() &^ bhWaitersBit)
+	}
+}
+
+// Release gives back a permit taken by TryAcquire or Acquire. If calls
+// are waiting and the bulkhead is below its limit, the permit goes to the
+// longest-waiting one.
+//
+// Release without a permit held panics with "ratelimit: Release without
+// Acquire", leaving the count unchanged: it is a programmer error.
+func (b *Bulkhead) Release() {
+	for {
+		s := b.state.Load()
+		if s&bhWaitersBit != 0 {
+			b.releaseSlow()
+			return
+		}
+		if bhInFlight(s) == 0 {
+			panic(errReleaseWithoutAcquire)
+		}
+		if b.state.CompareAndSwap(s, s-1) {
+			return
+		}
+	}
+}
+
+const errReleaseWithoutAcquire = "ratelimit: Release without Acquire"
+
+func (b *Bulkhead) releaseSlow() {
+	b.mu.Lock()
+	if !b.decrementLocked() {
+		b.mu.Unlock()
+		panic(errReleaseWithoutAcquire)
+	}
+	b.notifyLocked()
+	b.mu.Unlock()
+}
+
+// decrementLocked takes one call off the in-flight count and reports
+// whether there was one. Fast paths may run concurrently while the waiters
+// bit is clear, hence the CAS. Requires b.mu held.
+func (b *Bulkhead) decrementLocked() bool {
+	for {
+		s := b.state.Load()
+		if bhInFlight(s) == 0 {
+			return false
+		}
+		if b.state.CompareAndSwap(s, s-1) {
+			return true
+		}
+	}
+}
+
+// notifyLocked hands free permits to waiters, first come first served,
+// and clears the waiters bit when the queue empties. On return, a
+// non-empty queue means in-flight >= limit. Requires b.mu held.
+func (b *Bulkhead) notifyLocked() {
+	for b.queue.n > 0 {
+		// The queue is not empty, so the waiters bit is set and state is
+		// changed only under mu: Load and Store are safe.
+		s := b.state.Load()
+		if bhInFlight(s) >= bhLimit(s) {
+			return
+		}
+		w := b.queue.pop()
+		s++
+		if b.queue.n == 0 {
+			s &^= bhWaitersBit
+		}
+		b.state.Store(s)
+		w.grant()
+	}
+}
+
+// Do runs fn holding a permit: it acquires one as Acquire does, calls
+// fn(ctx) and releases the permit when fn returns, or panics (the panic
+// then goes on). It returns Acquire's error without calling fn, or fn's
+// error. fn must not be nil.
+func (b *Bulkhead) Do(ctx context.Context, fn func(context.Context) error) error {
+	if fn == nil {
+		panic("ratelimit: Bulkhead.Do with nil function")
+	}
+	if err := b.Acquire(ctx); err != nil {
+		return err
+	}
+	defer b.Release()
+	return fn(ctx)
+}
+
+// InFlight returns the number of permits held now. After SetLimit shrinks
+// the bulkhead it may exceed Limit until enough calls finish.
+func (b *Bulkhead) InFlight() int { return bhInFlight(b.state.Load()) }
+
+// Limit returns the most calls admitted in flight at once.
+func (b *Bulkhead) Limit() int { return bhLimit(b.state.Load()) }
+
+// Waiting returns the number of calls waiting in Acquire now.
+func (b *Bulkhead) Waiting() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.queue.n
+}
+
+// SetLimit changes the limit to n. Growing hands the new permits to
+// waiting calls at once, in FIFO order. Shrinking drops no one: calls in
+// flight finish, and no call is admitted until fewer than n remain. An n
+// outside [1, 2³¹-1] returns an error matching ErrInvalidCapacity and
+// changes nothing.
+func (b *Bulkhead) SetLimit(n int) error {
+	if err := validBulkheadLimit(n); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for {
+		s := b.state.Load()
+		if b.state.CompareAndSwap(s, s&^bhLimitMask|uint64(n)<<bhLimitShift) {
+			break
+		}
+	}
+	b.notifyLocked()
+	return nil
+}
+
+// permitWaiter is a call waiting for a permit. Its ready channel is closed,
+// under the lock that guards its queue, when the permit is handed over.
+type permitWaiter struct {
+	ready      chan struct{}
+	granted    bool // guarded by the queue's lock
+	prev, next *permitWaiter
+}
+
+func newPermitWaiter() *permitWaiter {
+	return &permitWaiter{ready: make(chan struct{})}
+}
+
+// grant hands the permit to w. Requires the queue's lock held.
+func (w *permitWaiter) grant() {
+	w.granted = true
+	close(w.ready)
+}
+
+// permitQueue is a FIFO of waiters, a doubly linked list so that a waiter
+// that gives up leaves from anywhere in O(1).
+type permitQueue struct {
+	head, tail *permitWaiter
+	n          int
+}
+
+func (q *permitQueue) push(w *permitWaiter) {
+	w.prev, w.next = q.tail, nil
+	if q.tail == nil {
+		q.head = w
+	} else {
+		q.tail.next = w
+	}
+	q.tail = w
+	q.n++
+}
+
+func (q *permitQueue) pop() *permitWaiter {
+	w := q.head
+	q.remove(w)
+	return w
+}
+
+// remove takes w, which must be in q, out of q.
+func (q *permitQueue) remove(w *permitWaiter) {
+	if w.prev == nil {
+		q.head = w.next
+	} else {
+		w.prev.next = w.next
+	}
+	if w.next == nil {
+		q.tail = w.prev
+	} else {
+		w.next.prev = w.prev
+	}
+	w.prev, w.next = nil, nil
+	q.n--
+}
+
+// awaitPermit blocks until w is granted a permit (nil), ctx is done
+// (ctx.Err()) or maxWait, if positive, passes on clock (timeoutErr). On an
+// error the caller must withdraw w under its queue's lock, checking
+// w.granted: the permit may have been handed over at the same instant.
+func awaitPermit(ctx context.Context, w *permitWaiter, clock Clock, maxWait time.Duration, timeoutErr error) error {
+	var timeout <-chan time.Time
+	if maxWait > 0 {
+		t := clock.NewTimer(maxWait)
+		defer t.Stop()
+		timeout = t.C()
+	}
+	select {
+	case <-w.ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timeout:
+		return timeoutErr
+	}
+}

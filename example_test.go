@@ -1,0 +1,72 @@
+package ratelimit_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+)
+
+// A token bucket of capacity 4 refilled at 2 tokens per second, on a manual
+// clock: a burst of 4 passes, the 5th waits half a second.
+func ExampleTokenBucket() {
+	clock := ratelimit.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	lim, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(2), 4, ratelimit.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	for i := 1; i <= 5; i++ {
+		fmt.Println(i, lim.Allow("client-1"))
+	}
+	d, _ := lim.AllowN(context.Background(), "client-1", 1)
+	fmt.Println("retry after", d.RetryAfter)
+	clock.Advance(d.RetryAfter)
+	fmt.Println("then", lim.Allow("client-1"))
+	// Output:
+	// 1 true
+	// 2 true
+	// 3 true
+	// 4 true
+	// 5 false
+	// retry after 500ms
+	// then true
+}
+
+// Reserve books events ahead; Cancel gives back a booking not yet due.
+func ExampleTokenBucket_Reserve() {
+	clock := ratelimit.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	lim, _ := ratelimit.NewTokenBucket(ratelimit.PerSecond(4), 1, ratelimit.WithClock(clock))
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		r, _ := lim.Reserve(ctx, "job", 1)
+		fmt.Println("act in", r.Delay())
+		if i == 2 {
+			r.Cancel()
+		}
+	}
+	r, _ := lim.Reserve(ctx, "job", 1)
+	fmt.Println("after a cancel, act in", r.Delay())
+	// Output:
+	// act in 0s
+	// act in 250ms
+	// act in 500ms
+	// after a cancel, act in 500ms
+}
+
+func ExampleParseRate() {
+	for _, s := range []string{"2/s", "150/day", "5 per 2s", "1000/h", "ten/s"} {
+		r, err := ratelimit.ParseRate(s)
+		if err != nil {
+			fmt.Println(err)
+			continue
+		}
+		fmt.Println(r.N, "per", r.Period)
+	}
+	// Output:
+	// 2 per 1s
+	// 150 per 24h0m0s
+	// 5 per 2s
+	// 1000 per 1h0m0s
+	// ratelimit: invalid rate "ten/s": count "ten" is not an integer
+}

@@ -1,0 +1,158 @@
+package ratelimit
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"testing"
+	"time"
+)
+
+// FuzzParseRate: never panics; whatever it accepts is valid and reads
+// back the same through String.
+func FuzzParseRate(f *testing.F) {
+	for _, s := range []string{"2/s", "150/day", "5 per 2s", "1000/h", "7/1m30s", "0/s", "-1/s",
+		"1/0s", "9223372036854775807/ns", "1/2562047h", "1/106751d", "x", "/", "1 per", "3/seconds", "1/µs"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := ParseRate(s)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidRate) {
+				t.Fatalf("ParseRate(%q) error %v does not match ErrInvalidRate", s, err)
+			}
+			return
+		}
+		if !r.Valid() {
+			t.Fatalf("ParseRate(%q) accepted an invalid rate %+v", s, r)
+		}
+		back, err := ParseRate(r.String())
+		if err != nil || back != r {
+			t.Fatalf("ParseRate(%q) = %+v; String %q reads back as %+v, %v", s, r, r.String(), back, err)
+		}
+	})
+}
+
+// fuzzAlgorithms builds each algorithm's pure step from fuzzed parameters
+// and states the bound an allowed event must never break: at most
+// bound(elapsed) events allowed in total over elapsed nanoseconds from the
+// first event (the clock may go backwards; elapsed is the furthest reached).
+var fuzzAlgorithms = []struct {
+	name  string
+	build func(rate Rate, capacity int) (fuzzStepper, int, func(elapsed int64) int64, error)
+}{
+	{"tokenbucket", func(rate Rate, capacity int) (fuzzStepper, int, func(int64) int64, error) {
+		a, err := newTBAlgo(rate, capacity)
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		bound := func(elapsed int64) int64 {
+			return satAdd(int64(capacity), a.iv.count(ftime{ns: elapsed}))
+		}
+		return &stateStepper[tbState]{a: a, fresh: true}, capacity, bound, nil
+	}},
+}
+
+type fuzzStepper interface {
+	step(now, n, maxWait int64) (Decision, int64, bool)
+	unstep(n, act, at int64)
+}
+
+// stateStepper drives one key's state through an algo's pure step.
+type stateStepper[S any] struct {
+	a     algo[S]
+	s     S
+	fresh bool
+}
+
+func (s *stateStepper[S]) step(now, n, maxWait int64) (Decision, int64, bool) {
+	if s.fresh {
+		s.a.init(&s.s, now)
+		s.fresh = false
+	}
+	return s.a.step(&s.s, now, n, maxWait)
+}
+
+func (s *stateStepper[S]) unstep(n, act, at int64) { s.a.unstep(&s.s, n, act, at) }
+
+func satAdd(a, b int64) int64 {
+	if b > 0 && a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// FuzzAlgorithmStep: for arbitrary parameters (tiny and huge rates, n up
+// to the limit, times near the ends of the clock's range, times moving
+// backwards) no panic, no overflow, Remaining within [0, Limit], durations
+// never negative, and the events allowed never exceed the algorithm's bound.
+func FuzzAlgorithmStep(f *testing.F) {
+	f.Add(uint8(0), int64(2), int64(time.Second), uint16(4), int64(0), []byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
+	f.Add(uint8(0), int64(1), int64(24*time.Hour), uint16(1), int64(maxNanos), []byte{255, 255, 255, 255, 255, 255, 255, 255, 1})
+	f.Add(uint8(0), int64(math.MaxInt64), int64(1), uint16(65535), int64(1), []byte{9, 8, 7, 6, 5, 4, 3, 2, 1})
+	f.Add(uint8(0), int64(3), int64(time.Second), uint16(5), int64(math.MaxInt64), []byte{128, 0, 0, 0, 0, 0, 0, 0, 3, 3})
+	f.Add(uint8(0), int64(10), int64(13*time.Second), uint16(3), int64(-1), []byte{1, 0, 0, 0, 0, 0, 0, 128, 2})
+	f.Fuzz(func(t *testing.T, alg uint8, n, period int64, capacity uint16, start int64, ops []byte) {
+		spec := fuzzAlgorithms[int(alg)%len(fuzzAlgorithms)]
+		rate := Rate{N: n, Period: time.Duration(period)}
+		stepper, limit, bound, err := spec.build(rate, int(capacity))
+		if err != nil {
+			if !errors.Is(err, ErrInvalidRate) && !errors.Is(err, ErrInvalidCapacity) {
+				t.Fatalf("unexpected error kind: %v", err)
+			}
+			return
+		}
+		now := min(max(start, minNanos), maxNanos)
+		first, furthest := int64(math.MinInt64), now // first: the instant of the first step
+		var allowed int64
+		type booking struct{ n, act int64 }
+		var booked []booking
+		for len(ops) >= 9 {
+			dt := int64(binary.LittleEndian.Uint64(ops))
+			k := int64(ops[8]) % int64(limit+1)
+			ops = ops[9:]
+			now = min(max(satAdd(now, dt>>8), minNanos), maxNanos) // steps both ways
+			furthest = max(furthest, now)
+			var maxWait int64
+			switch {
+			case dt&3 == 1:
+				maxWait = noMaxWait
+			case dt&3 == 2 && len(booked) > 0:
+				b := booked[len(booked)-1]
+				booked = booked[:len(booked)-1]
+				stepper.unstep(b.n, b.act, now)
+				if now <= b.act {
+					allowed -= b.n
+				}
+				continue
+			}
+			if first == math.MinInt64 {
+				first, furthest = now, now
+			}
+			d, act, ok := stepper.step(now, k, maxWait)
+			if d.Remaining < 0 || d.Remaining > limit || d.Limit != limit {
+				t.Fatalf("remaining %d of limit %d (decision limit %d)", d.Remaining, limit, d.Limit)
+			}
+			if d.RetryAfter < 0 || d.ResetAfter < 0 {
+				t.Fatalf("negative duration: %+v", d)
+			}
+			if ok && act < now {
+				t.Fatalf("booked in the past: act %d < now %d", act, now)
+			}
+			if d.Allowed && d.RetryAfter != 0 {
+				t.Fatalf("allowed with RetryAfter %v", d.RetryAfter)
+			}
+			if ok && k > 0 {
+				allowed += k
+				booked = append(booked, booking{k, act})
+				if act > furthest {
+					// A booking ahead is allowed at act: measure the bound there.
+					furthest = act
+				}
+				if b := bound(furthest - first); allowed > b {
+					t.Fatalf("%d events allowed within %dns of the first, bound %d", allowed, furthest-first, b)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,119 @@
+package ratelimit
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRateConstructors(t *testing.T) {
+	for _, tc := range []struct {
+		got  Rate
+		want Rate
+	}{
+		{PerSecond(10), Rate{10, time.Second}},
+		{PerMinute(5), Rate{5, time.Minute}},
+		{PerHour(1000), Rate{1000, time.Hour}},
+		{PerDay(150), Rate{150, 24 * time.Hour}},
+		{Per(5, 2*time.Second), Rate{5, 2 * time.Second}},
+		{Every(250 * time.Millisecond), Rate{1, 250 * time.Millisecond}},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("got %+v, want %+v", tc.got, tc.want)
+		}
+	}
+}
+
+func TestParseRate(t *testing.T) {
+	for in, want := range map[string]Rate{
+		"2/s":            PerSecond(2),
+		"150/day":        PerDay(150),
+		"150/d":          PerDay(150),
+		"1000/h":         PerHour(1000),
+		"5 per 2s":       Per(5, 2*time.Second),
+		"100 per minute": PerMinute(100),
+		"100 PER Minute": PerMinute(100),
+		"3/seconds":      PerSecond(3),
+		"7/1m30s":        Per(7, 90*time.Second),
+		" 10 / ms ":      Per(10, time.Millisecond),
+		"1/2d":           Per(1, 48*time.Hour),
+		"10000/s":        PerSecond(10000),
+	} {
+		got, err := ParseRate(in)
+		if err != nil || got != want {
+			t.Errorf("ParseRate(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+}
+
+func TestParseRateErrors(t *testing.T) {
+	for in, wantMsg := range map[string]string{
+		"":                       "want",
+		"10":                     "want",
+		"x/s":                    "count",
+		"0/s":                    "positive",
+		"-1/s":                   "positive",
+		"10/fortnight":           "period",
+		"10/-2s":                 "positive",
+		"10/0s":                  "positive",
+		"10 every s":             "want",
+		"99999999999999999999/s": "count",
+		"1/99999999999999999d":   "period",
+	} {
+		_, err := ParseRate(in)
+		if !errors.Is(err, ErrInvalidRate) {
+			t.Errorf("ParseRate(%q) error = %v, want ErrInvalidRate", in, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), wantMsg) || !strings.HasPrefix(err.Error(), "ratelimit: ") {
+			t.Errorf("ParseRate(%q) error %q does not say %q", in, err, wantMsg)
+		}
+	}
+}
+
+func TestRateStringRoundTrip(t *testing.T) {
+	for _, r := range []Rate{PerSecond(2), PerDay(150), PerHour(1), Per(5, 2*time.Second),
+		Per(7, 90*time.Second), Per(1, time.Nanosecond), Per(3, time.Millisecond), PerMinute(60)} {
+		back, err := ParseRate(r.String())
+		if err != nil || back != r {
+			t.Errorf("ParseRate(%q) = %+v, %v; want %+v", r.String(), back, err, r)
+		}
+	}
+	if got := PerDay(150).String(); got != "150/day" {
+		t.Errorf("String = %q, want 150/day", got)
+	}
+}
+
+func TestIntervalExact(t *testing.T) {
+	iv := PerSecond(3).interval() // 333,333,333⅓ ns
+	var t0 ftime
+	t1 := iv.add(t0, 1)
+	if t1 != (ftime{333333333, 1}) {
+		t.Fatalf("one interval = %+v", t1)
+	}
+	t3 := iv.add(iv.add(t1, 1), 1)
+	if t3 != (ftime{1e9, 0}) {
+		t.Fatalf("three intervals = %+v, want exactly 1s", t3)
+	}
+	big := iv.add(t0, 3_000_000)
+	if big != (ftime{1e15, 0}) {
+		t.Fatalf("3e6 intervals = %+v, want exactly 1e6 s", big)
+	}
+	if back := iv.sub(big, 3_000_000); back != t0 {
+		t.Fatalf("sub = %+v, want zero", back)
+	}
+	if n := iv.count(ftime{1e9, 0}); n != 3 {
+		t.Fatalf("count(1s) = %d, want 3", n)
+	}
+	if n := iv.count(ftime{999999999, 2}); n != 2 {
+		t.Fatalf("count(1s - 1/3ns) = %d, want 2", n)
+	}
+	if n := iv.count(ftime{-1, 2}); n != 0 {
+		t.Fatalf("count(negative) = %d, want 0", n)
+	}
+	d := iv.diff(ftime{5, 0}, ftime{3, 2})
+	if d != (ftime{1, 1}) {
+		t.Fatalf("diff = %+v, want {1 1}", d)
+	}
+}
