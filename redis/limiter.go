@@ -209,7 +209,8 @@ func (l *limiter) Wait(ctx context.Context, key string) error { return l.WaitN(c
 // WaitN blocks until n events for key may happen, and records them. The
 // rules are the in-memory limiters': if ctx is already done it returns
 // ctx.Err() and books nothing; if the needed delay would pass ctx's
-// deadline (on the limiter's clock, measured before the round trip) it
+// deadline (measured on the time package's clock, as a deadline is an
+// instant of real time, before the round trip) it
 // fails at once, booking nothing, with a *ratelimit.LimitError matching
 // ratelimit.ErrLimited and context.DeadlineExceeded; if ctx ends during the
 // wait, the booking is given back and ctx.Err() returned. When Redis fails:
@@ -227,7 +228,8 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int) error {
 	}
 	var maxWait int64 = -1
 	if dl, ok := ctx.Deadline(); ok {
-		maxWait = max(int64(dl.Sub(l.cfg.clock.Now())), 0)
+		// A deadline is an instant of real time, whatever our clock.
+		maxWait = max(int64(time.Until(dl)), 0)
 	}
 	r, err := l.step(ctx, key, n, maxWait)
 	if err != nil {
