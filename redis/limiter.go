@@ -25,8 +25,10 @@ type Client = goredis.Scripter
 // algorithm is what each limiter type adds to the shared machinery: its
 // script, its parameters, and how to read a step's reply.
 type algorithm interface {
-	// args appends the script's parameters (ARGV[6] on) for n events.
-	args(dst []any, n int64) []any
+	// args appends the script's parameters (ARGV[6] on) for n events;
+	// local is the limiter's clock in Unix ns, a reference point near the
+	// server's time (see FixedWindow).
+	args(dst []any, n, local int64) []any
 	// decision builds the Decision of a step's reply for n events.
 	decision(r *reply, n int64) ratelimit.Decision
 }
@@ -70,14 +72,14 @@ type limiter struct {
 	direct bool // the client bounds its I/O by the context's deadline
 	script *goredis.Script
 	alg    algorithm
-	suffix string
+	suffix []string // of each Redis key of a decision: KEYS[1], KEYS[2], ...
 	limit  int
 	cfg    config
 	local  ratelimit.Limiter // FailLocal only
 	deny   *denyCache        // nil: off
 }
 
-func newLimiter(client Client, src, suffix string, limit int, alg algorithm, cfg config,
+func newLimiter(client Client, src string, suffix []string, limit int, alg algorithm, cfg config,
 	newLocal func(opts ...ratelimit.Option) (ratelimit.Limiter, error)) (limiter, error) {
 	if client == nil {
 		return limiter{}, fmt.Errorf("%w: nil redis client", ratelimit.ErrInvalidOption)
@@ -287,8 +289,13 @@ func (l *limiter) reservation(key string, n int, r *reply) *ratelimit.Reservatio
 // step runs the script's step for n events that must conform within
 // maxWait ns (-1: within the horizon).
 func (l *limiter) step(ctx context.Context, key string, n int, maxWait int64) (*reply, error) {
-	args := l.commonArgs("s", n, maxWait, l.cfg.clock)
-	v, err := l.eval(ctx, key, l.alg.args(args, int64(n)))
+	local := l.cfg.clock.Now().UnixNano()
+	args := make([]any, 5, 12)
+	args[0], args[1], args[2], args[3], args[4] = "s", "", l.cfg.ttlPadMs, n, maxWait
+	if l.cfg.clockTime {
+		args[1] = strconv.FormatInt(local, 10)
+	}
+	v, err := l.eval(ctx, key, l.alg.args(args, int64(n), local))
 	if err != nil {
 		return nil, err
 	}
@@ -302,18 +309,9 @@ func (l *limiter) unstep(key string, n int, booked string, at time.Time) {
 	if l.cfg.clockTime {
 		args[1] = strconv.FormatInt(at.UnixNano(), 10)
 	}
-	if _, err := l.eval(context.Background(), key, l.alg.args(args, int64(n))); err != nil {
+	if _, err := l.eval(context.Background(), key, l.alg.args(args, int64(n), at.UnixNano())); err != nil {
 		l.fail(key, err)
 	}
-}
-
-func (l *limiter) commonArgs(op string, n int, maxWait int64, clk ratelimit.Clock) []any {
-	args := make([]any, 5, 12)
-	args[0], args[1], args[2], args[3], args[4] = op, "", l.cfg.ttlPadMs, n, maxWait
-	if l.cfg.clockTime {
-		args[1] = strconv.FormatInt(clk.Now().UnixNano(), 10)
-	}
-	return args
 }
 
 // eval runs the script on key's Redis key within the call timeout. If the
@@ -324,7 +322,10 @@ func (l *limiter) commonArgs(op string, n int, maxWait int64, clk ratelimit.Cloc
 func (l *limiter) eval(ctx context.Context, key string, args []any) (any, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	defer cancel()
-	keys := []string{redisKey(l.cfg.prefix, key, l.suffix)}
+	keys := make([]string, len(l.suffix))
+	for i, sfx := range l.suffix {
+		keys[i] = redisKey(l.cfg.prefix, key, sfx)
+	}
 	if l.direct {
 		return l.script.Run(ctx, l.client, keys, args...).Result()
 	}

@@ -97,3 +97,29 @@ local function ttl(r)
   return math.floor(r / 1000000) + 1 + pad
 end
 `
+
+// luaWide defines exact products of integers below 2^52 as four limbs of
+// 26 bits, low first, and their comparison.
+const luaWide = `
+local B = 67108864 -- 2^26
+local function hilo(x) local h = math.floor(x / B); return h, x - h * B end
+local function mul(a, b)
+  local a1, a0 = hilo(a)
+  local b1, b0 = hilo(b)
+  local p = a0 * b0
+  local c = math.floor(p / B)
+  local l0 = p - c * B
+  p = a1 * b0 + a0 * b1 + c
+  c = math.floor(p / B)
+  local l1 = p - c * B
+  p = a1 * b1 + c
+  c = math.floor(p / B)
+  return {l0, l1, p - c * B, c}
+end
+local function wcmp(x, y)
+  for i = 4, 1, -1 do
+    if x[i] ~= y[i] then if x[i] < y[i] then return -1 end return 1 end
+  end
+  return 0
+end
+`

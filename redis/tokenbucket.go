@@ -78,7 +78,7 @@ func NewTokenBucket(client Client, rate ratelimit.Rate, capacity int, opts ...Op
 	if err != nil {
 		return nil, err
 	}
-	l, err := newLimiter(client, tbScript, ":tb", capacity, a, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
+	l, err := newLimiter(client, tbScript, []string{":tb"}, capacity, a, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
 		return ratelimit.NewTokenBucket(rate, capacity, o...)
 	})
 	if err != nil {
@@ -87,7 +87,7 @@ func NewTokenBucket(client Client, rate ratelimit.Rate, capacity int, opts ...Op
 	return &TokenBucket{l}, nil
 }
 
-func (a *tbAlgo) args(dst []any, n int64) []any {
+func (a *tbAlgo) args(dst []any, n, _ int64) []any {
 	nivNs, nivFr := a.iv.times(n)
 	return append(dst, nivNs, nivFr, a.tauNs, a.tauFr, a.iv.den, int64(horizon))
 }
