@@ -7,12 +7,14 @@ GO ?= go
 ## demo: show the limiters at work on a readable timeline.
 demo:
 	$(GO) run ./examples/tokenbucket
+	$(GO) run ./examples/httpserver
 
-## test: formatting, vet and every test of every module, with the race detector.
+## test: formatting, vet, a build of every package (examples too) and every
+## test of every module, with the race detector.
 test: fmtcheck vet
 	@set -e; for m in $(MODULES); do \
 		echo "== go test -race $$m"; \
-		(cd $$m && $(GO) test -race -count=1 ./...); \
+		(cd $$m && $(GO) build ./... && $(GO) test -race -count=1 ./...); \
 	done
 
 fmtcheck:

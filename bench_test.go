@@ -29,6 +29,9 @@ var allowAlgorithms = []struct {
 	{"TokenBucket",
 		func() (interface{ Allow(string) bool }, error) { return NewTokenBucket(PerSecond(1e9), 1e9) },
 		func() (interface{ Allow(string) bool }, error) { return NewTokenBucket(PerDay(1), 1) }},
+	{"LeakyBucket", // Allow needs an empty queue: slots of 1 ns empty between calls
+		func() (interface{ Allow(string) bool }, error) { return NewLeakyBucket(Every(time.Nanosecond), 1) },
+		func() (interface{ Allow(string) bool }, error) { return NewLeakyBucket(PerDay(1), 1) }},
 }
 
 // BenchmarkAllow measures Allow on existing keys: one key, 10,000 keys and

@@ -51,6 +51,18 @@ var fuzzAlgorithms = []struct {
 		}
 		return &stateStepper[tbState]{a: a, fresh: true}, capacity, bound, nil
 	}},
+	{"leakybucket", func(rate Rate, capacity int) (fuzzStepper, int, func(int64) int64, error) {
+		a, err := newTBAlgo(rate, capacity)
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		// The queue admits what a token bucket allows (see LeakyBucket); the
+		// cancels here are of the last booking, the tail, which it gives back.
+		bound := func(elapsed int64) int64 {
+			return satAdd(int64(capacity), a.iv.count(ftime{ns: elapsed}))
+		}
+		return &stateStepper[lbState]{a: (*lbAlgo)(a), fresh: true}, capacity, bound, nil
+	}},
 }
 
 type fuzzStepper interface {

@@ -168,9 +168,10 @@ func NewReservation(clock Clock, ok bool, d Decision, act time.Time, cancel func
 // (a full leaky-bucket queue, a wait longer than allowed) booked nothing.
 func (r *Reservation) OK() bool { return r.ok }
 
-// Decision returns the decision taken when the reservation was made:
-// Allowed is OK, and RetryAfter the delay booked (or, if not OK, how long
-// until a booking could be made).
+// Decision returns the decision taken when the reservation was made.
+// Allowed reports whether the events conformed at once (no delay), which
+// is narrower than OK; RetryAfter is the delay booked or, if not OK, how
+// long until a booking could be made.
 func (r *Reservation) Decision() Decision { return r.decision }
 
 // TimeToAct returns when the booked events conform, on the limiter's clock.
@@ -274,7 +275,11 @@ func waitN(ctx context.Context, b booker, nc *nanoClock, key string, n, limit in
 		return err
 	}
 	if !r.ok {
-		return &LimitError{RetryAfter: r.decision.RetryAfter, Deadline: maxWait != noMaxWait}
+		// The deadline caused the refusal only if the events could not
+		// conform within it; a refusal for another reason (a full
+		// leaky-bucket queue that frees in time) is not the deadline's.
+		deadline := maxWait != noMaxWait && r.decision.RetryAfter > time.Duration(maxWait)
+		return &LimitError{RetryAfter: r.decision.RetryAfter, Deadline: deadline}
 	}
 	return sleepReservation(ctx, r)
 }

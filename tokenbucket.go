@@ -122,7 +122,9 @@ func (a *tbAlgo) step(s *tbState, now, n, maxWait int64) (d Decision, act int64,
 		d.ResetAfter = durationNs(base.ceilNs() - now)
 		return d, now + delay, false
 	}
-	s.tat = next
+	if n > 0 { // a peek changes nothing, not even a TAT in the past
+		s.tat = next
+	}
 	d.Allowed = delay == 0
 	if d.Allowed {
 		d.Remaining = int(min(a.iv.count(a.iv.diff(full, next)), a.capacity))

@@ -1,0 +1,422 @@
+// Package httplimit puts ratelimit's limiters in front of net/http: server
+// middleware that limits requests per key and writes the standard
+// rate-limit headers, middleware that bounds requests in flight, and a
+// client Transport that paces outbound requests and honours a server's
+// Retry-After. It uses the standard library only.
+//
+// Most servers want Middleware with a key function:
+//
+//	lim, _ := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 20)
+//	http.ListenAndServe(addr, httplimit.Middleware(lim)(mux)) // per client IP
+//
+// or RulesMiddleware for several limits per request (per user, per
+// address, global). Every denial is a 429 with Retry-After, in whole
+// seconds rounded up, so a client retrying then is allowed if nothing else
+// consumed in between.
+package httplimit
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+)
+
+// Denial describes a request the middleware refused.
+type Denial struct {
+	// Decision is the combined decision: RetryAfter is when to retry.
+	ratelimit.Decision
+	// Policies names the limits that denied the request. It is shared
+	// between requests: do not modify it.
+	Policies []string
+}
+
+// DeniedFunc writes the response to a request refused by a limit. The
+// rate-limit headers and Retry-After are already set on w.
+type DeniedFunc func(w http.ResponseWriter, r *http.Request, d Denial)
+
+// ErrorFunc writes the response to a request the middleware could not
+// decide: its key function failed (an error matching ErrNoKey) or the
+// limiter failed (a remote backend unreachable) while failing closed.
+type ErrorFunc func(w http.ResponseWriter, r *http.Request, err error)
+
+// An Option configures the middleware of this package. Each says which
+// middleware reads it; the others ignore it.
+type Option func(*config)
+
+// config holds every option with its default, in one place.
+type config struct {
+	key      KeyFunc                    // Middleware: ByIP()
+	user     KeyFunc                    // RulesMiddleware: none
+	ip       KeyFunc                    // RulesMiddleware: ByIP()
+	class    func(*http.Request) string // RulesMiddleware: route pattern
+	name     string                     // Middleware: "default"
+	window   time.Duration              // Middleware: 0, no w
+	headers  Headers                    // IETFHeaders
+	denied   DeniedFunc                 // 429, text or problem+json
+	onError  ErrorFunc                  // 403 for ErrNoKey, else 503
+	problem  bool                       // false: text/plain bodies
+	failOpen bool                       // false: fail closed
+	report   func(*http.Request, error) // with failOpen
+	busy     http.HandlerFunc           // ConcurrencyMiddleware: 503
+	busyWait bool                       // ConcurrencyMiddleware: TryAcquire
+	busyFor  time.Duration              // ConcurrencyMiddleware: 1s
+}
+
+func newConfig(opts []Option) *config {
+	c := &config{name: "default", headers: IETFHeaders, busyFor: time.Second}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.key == nil {
+		c.key = ByIP()
+	}
+	if c.ip == nil {
+		c.ip = ByIP()
+	}
+	if c.denied == nil {
+		c.denied = deniedText
+		if c.problem {
+			c.denied = deniedProblem
+		}
+	}
+	if c.onError == nil {
+		c.onError = defaultError
+	}
+	return c
+}
+
+// WithKey sets Middleware's key function (default ByIP()).
+func WithKey(f KeyFunc) Option { return func(c *config) { c.key = f } }
+
+// WithPolicy names Middleware's limit in the RateLimit headers (default
+// "default") and gives its window, the w of RateLimit-Policy, rounded up to
+// whole seconds (default 0: no w; the quota q is the Decision's Limit).
+func WithPolicy(name string, window time.Duration) Option {
+	return func(c *config) { c.name, c.window = name, window }
+}
+
+// WithUser sets RulesMiddleware's key function for per-user rules, such as
+// ByUser(f). A request it finds no user for gets the error handler when a
+// per-user rule applies. Rules with per-user limits require it.
+func WithUser(f KeyFunc) Option { return func(c *config) { c.user = f } }
+
+// WithClientIP sets RulesMiddleware's key function for per-IP rules
+// (default ByIP()).
+func WithClientIP(f KeyFunc) Option { return func(c *config) { c.ip = f } }
+
+// WithClass sets how RulesMiddleware names a request's class (default: the
+// route pattern that matched, Request.Pattern, or, when the middleware
+// wraps a *http.ServeMux itself, the pattern the mux will route to).
+func WithClass(f func(r *http.Request) string) Option { return func(c *config) { c.class = f } }
+
+// WithHeaders selects the rate-limit headers written on every response
+// (default IETFHeaders; 0 writes none but Retry-After on denials).
+func WithHeaders(h Headers) Option { return func(c *config) { c.headers = h } }
+
+// WithDeniedHandler replaces the response to a denied request (default: 429
+// Too Many Requests with a one-line text body, or problem+json with
+// WithProblemJSON).
+func WithDeniedHandler(f DeniedFunc) Option { return func(c *config) { c.denied = f } }
+
+// WithProblemJSON makes the default denied response an RFC 9457
+// application/problem+json body of the draft's "quota-exceeded" type,
+// listing the violated policies; and the default busy response one of
+// its "temporary-reduced-capacity" type.
+func WithProblemJSON() Option { return func(c *config) { c.problem = true } }
+
+// WithErrorHandler replaces the response to a request the middleware could
+// not decide. The default answers 403 Forbidden to a request without a key
+// (ErrNoKey) and 503 Service Unavailable to a limiter error.
+func WithErrorHandler(f ErrorFunc) Option { return func(c *config) { c.onError = f } }
+
+// WithFailOpen lets requests through, without rate-limit headers, when the
+// limiter fails (a remote backend unreachable), after calling report (if
+// not nil) with the error. The default fails closed: the error handler
+// answers. A request without a key is refused either way.
+func WithFailOpen(report func(r *http.Request, err error)) Option {
+	return func(c *config) { c.failOpen, c.report = true, report }
+}
+
+// WithBusyHandler replaces ConcurrencyMiddleware's response when no permit
+// is free (default: 503 Service Unavailable with a one-line body).
+// Retry-After is already set.
+func WithBusyHandler(f http.HandlerFunc) Option { return func(c *config) { c.busy = f } }
+
+// WithWait makes ConcurrencyMiddleware wait for a permit with Acquire, as
+// far as the bulkhead's own bounds on waiting and the request's context
+// allow, instead of answering at once when none is free.
+func WithWait() Option { return func(c *config) { c.busyWait = true } }
+
+// WithRetryAfter sets the Retry-After of ConcurrencyMiddleware's 503,
+// rounded up to whole seconds (default 1s).
+func WithRetryAfter(d time.Duration) Option { return func(c *config) { c.busyFor = d } }
+
+// Middleware returns middleware that limits each request by lim under the
+// key of WithKey (default: the client's IP address), one event a request.
+//
+// An allowed request gets the rate-limit headers (WithHeaders) and goes on
+// to the next handler. A denied one gets them, Retry-After (the Decision's
+// RetryAfter rounded up to whole seconds, so retrying then succeeds if
+// nothing else consumed meanwhile) and the denied handler: by default 429
+// Too Many Requests. A request whose key cannot be determined, and, unless
+// WithFailOpen, one whose limiter fails, gets the error handler.
+//
+// The RateLimit-Policy quota q is the Decision's Limit; to say more about
+// several limits use RulesMiddleware, or a ratelimit.Multi as lim (its
+// headers describe the strictest part under one policy name).
+//
+// On the allowed path it allocates nothing but the headers it writes (two
+// allocations) and what lim and the key function do (ByIP: nothing for
+// IPv4). It panics if lim is nil.
+func Middleware(lim ratelimit.Limiter, opts ...Option) func(http.Handler) http.Handler {
+	if lim == nil {
+		panic("httplimit: Middleware with a nil limiter")
+	}
+	c := newConfig(opts)
+	m := &limitMiddleware{cfg: c, lim: lim, item: sfString(c.name), names: []string{c.name}}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
+	}
+}
+
+type limitMiddleware struct {
+	cfg    *config
+	lim    ratelimit.Limiter
+	item   string
+	names  []string
+	policy atomic.Pointer[cachedPolicy]
+}
+
+// cachedPolicy is the RateLimit-Policy value for the last Limit seen: a
+// limiter's Limit does not change, so it is built once.
+type cachedPolicy struct {
+	limit int
+	value string
+}
+
+func (m *limitMiddleware) policyFor(limit int) string {
+	if p := m.policy.Load(); p != nil && p.limit == limit {
+		return p.value
+	}
+	p := &cachedPolicy{limit: limit, value: policyItem(m.item, limit, m.cfg.window)}
+	m.policy.Store(p)
+	return p.value
+}
+
+func (m *limitMiddleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	c := m.cfg
+	key, err := c.key(r)
+	if err != nil {
+		c.onError(w, r, err)
+		return
+	}
+	d, err := m.lim.AllowN(r.Context(), key, 1)
+	if err != nil {
+		if c.failOpen {
+			if c.report != nil {
+				c.report(r, err)
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
+		c.onError(w, r, err)
+		return
+	}
+	v := view{item: m.item, d: d, retry: d.RetryAfter, denied: !d.Allowed}
+	if c.headers&IETFHeaders != 0 {
+		v.policy = m.policyFor(d.Limit)
+	}
+	write(w.Header(), c.headers, &v)
+	if !d.Allowed {
+		c.denied(w, r, Denial{Decision: d, Policies: m.names})
+		return
+	}
+	next.ServeHTTP(w, r)
+}
+
+// RulesMiddleware returns middleware that checks each request against
+// rules, all or nothing (see ratelimit.Rules.Check): the request's class
+// (WithClass; by default its route pattern) picks the rules, WithUser and
+// WithClientIP give the keys of per-user and per-IP rules. A request of a
+// class no rule applies to goes through untouched.
+//
+// The headers describe every rule of the class in RateLimit-Policy, each
+// as "name";q=burst;w=window, where the window is how long an empty
+// allowance takes to refill (ratelimit.Rule.Window, rounded up to whole
+// seconds): a client sending at most q requests in any w seconds is never
+// limited. RateLimit reports the strictest rule (ratelimit.Strictest) with
+// its own remaining quota and effective window. A denial lists the rules
+// that denied in Denial.Policies, and Retry-After covers them all.
+//
+// Errors are handled as by Middleware. It panics if rules is nil, or if
+// some rule counts per user and WithUser is not given.
+func RulesMiddleware(rules *ratelimit.Rules, opts ...Option) func(http.Handler) http.Handler {
+	if rules == nil {
+		panic("httplimit: RulesMiddleware with nil rules")
+	}
+	c := newConfig(opts)
+	m := &rulesMiddleware{cfg: c, rules: rules, classes: make(map[string]*classView)}
+	for _, class := range rules.Classes() {
+		m.classes[class] = newClassView(rules.Limits(class))
+	}
+	m.every = newClassView(rules.Limits("*"))
+	for _, cv := range m.classes {
+		if cv.needUser && c.user == nil {
+			panic("httplimit: rules count per user but no WithUser key function was given")
+		}
+	}
+	if m.every.needUser && c.user == nil {
+		panic("httplimit: rules count per user but no WithUser key function was given")
+	}
+	return func(next http.Handler) http.Handler {
+		mux, _ := next.(*http.ServeMux)
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next, mux) })
+	}
+}
+
+type rulesMiddleware struct {
+	cfg     *config
+	rules   *ratelimit.Rules
+	classes map[string]*classView
+	every   *classView // classes without rules of their own
+}
+
+// classView is what the headers say about one class, built once.
+type classView struct {
+	names            []string
+	items            []string // names as sf-strings
+	policy           string   // RateLimit-Policy value
+	needUser, needIP bool
+}
+
+func newClassView(rules []ratelimit.Rule) *classView {
+	cv := &classView{}
+	for i, r := range rules {
+		item := sfString(r.Name)
+		cv.names = append(cv.names, r.Name)
+		cv.items = append(cv.items, item)
+		if i > 0 {
+			cv.policy += ", "
+		}
+		cv.policy += policyItem(item, r.Burst, r.Window())
+		cv.needUser = cv.needUser || r.Scope == ratelimit.PerUser
+		cv.needIP = cv.needIP || r.Scope == ratelimit.PerIP
+	}
+	return cv
+}
+
+func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, mux *http.ServeMux) {
+	c := m.cfg
+	var class string
+	switch {
+	case c.class != nil:
+		class = c.class(r)
+	case r.Pattern != "":
+		class = r.Pattern
+	case mux != nil:
+		_, class = mux.Handler(r)
+	}
+	cv, ok := m.classes[class]
+	if !ok {
+		cv = m.every
+	}
+	if len(cv.names) == 0 {
+		next.ServeHTTP(w, r)
+		return
+	}
+	var who ratelimit.Subject
+	var err error
+	if cv.needUser {
+		if who.User, err = c.user(r); err != nil {
+			c.onError(w, r, err)
+			return
+		}
+	}
+	if cv.needIP {
+		if who.IP, err = c.ip(r); err != nil {
+			c.onError(w, r, err)
+			return
+		}
+	}
+	var buf [8]ratelimit.Decision
+	ds := buf[:0]
+	if len(cv.names) > len(buf) {
+		ds = make([]ratelimit.Decision, 0, len(cv.names))
+	}
+	ds = ds[:len(cv.names)]
+	d, err := m.rules.Check(r.Context(), class, who, 1, ds)
+	if err != nil {
+		if c.failOpen && !errors.Is(err, ErrNoKey) {
+			if c.report != nil {
+				c.report(r, err)
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
+		c.onError(w, r, err)
+		return
+	}
+	i := ratelimit.Strictest(ds)
+	v := view{policy: cv.policy, item: cv.items[i], d: ds[i], retry: d.RetryAfter, denied: !d.Allowed}
+	write(w.Header(), c.headers, &v)
+	if !d.Allowed {
+		var violated []string
+		for j := range ds {
+			if !ds[j].Allowed {
+				violated = append(violated, cv.names[j])
+			}
+		}
+		c.denied(w, r, Denial{Decision: d, Policies: violated})
+		return
+	}
+	next.ServeHTTP(w, r)
+}
+
+func deniedText(w http.ResponseWriter, r *http.Request, d Denial) {
+	http.Error(w, "too many requests, retry after "+w.Header().Get(hdrRetryAfter)+"s", http.StatusTooManyRequests)
+}
+
+// problem is an RFC 9457 problem detail with the draft's extension member.
+type problem struct {
+	Type     string   `json:"type"`
+	Title    string   `json:"title"`
+	Status   int      `json:"status"`
+	Detail   string   `json:"detail,omitempty"`
+	Violated []string `json:"violated-policies,omitempty"`
+}
+
+func writeProblem(w http.ResponseWriter, p problem) {
+	body, _ := json.Marshal(p) // cannot fail: strings and an int
+	h := w.Header()
+	h.Del("Content-Length")
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(p.Status)
+	w.Write(append(body, '\n'))
+}
+
+func deniedProblem(w http.ResponseWriter, r *http.Request, d Denial) {
+	writeProblem(w, problem{
+		Type:     problemBaseURI + "quota-exceeded",
+		Title:    "Too Many Requests",
+		Status:   http.StatusTooManyRequests,
+		Detail:   "retry after " + w.Header().Get(hdrRetryAfter) + " seconds",
+		Violated: d.Policies,
+	})
+}
+
+func defaultError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, ErrNoKey) {
+		http.Error(w, "forbidden: the request has no rate-limit key", http.StatusForbidden)
+		return
+	}
+	http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
+}
+
+// formatSeconds formats whole seconds for Retry-After.
+func formatSeconds(d time.Duration) string { return strconv.FormatInt(ceilSeconds(d), 10) }

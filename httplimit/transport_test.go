@@ -1,0 +1,342 @@
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+)
+
+// upstream is a loopback server that counts requests and answers each
+// with the next scripted response (200 once the script is done).
+type upstream struct {
+	*httptest.Server
+	hits   atomic.Int64
+	mu     sync.Mutex
+	script []func(w http.ResponseWriter)
+}
+
+func newUpstream(t *testing.T, script ...func(w http.ResponseWriter)) *upstream {
+	u := &upstream{script: script}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.hits.Add(1)
+		u.mu.Lock()
+		var next func(http.ResponseWriter)
+		if len(u.script) > 0 {
+			next, u.script = u.script[0], u.script[1:]
+		}
+		u.mu.Unlock()
+		if next != nil {
+			next(w)
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+func status(code int, header ...string) func(w http.ResponseWriter) {
+	return func(w http.ResponseWriter) {
+		for i := 0; i+1 < len(header); i += 2 {
+			w.Header().Set(header[i], header[i+1])
+		}
+		w.WriteHeader(code)
+	}
+}
+
+func get(t *testing.T, c *http.Client, url string) (int, error) {
+	t.Helper()
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// getAsync sends a GET in a goroutine and delivers its status (or -1).
+func getAsync(c *http.Client, req *http.Request) chan int {
+	done := make(chan int, 1)
+	go func() {
+		resp, err := c.Do(req)
+		if err != nil {
+			done <- -1
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	return done
+}
+
+func waitTimers(t *testing.T, c *ratelimit.ManualClock, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.Timers() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("no request started waiting (timers %d, want %d)", c.Timers(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func newRequest(t *testing.T, ctx context.Context, url string) *http.Request {
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+// The transport spaces requests as the limiter says.
+func TestTransportSpacesRequests(t *testing.T) {
+	up := newUpstream(t)
+	clock := ratelimit.NewManualClock(t0)
+	tr := &Transport{Limiter: tokenBucket(t, ratelimit.PerSecond(1), 1, clock), Clock: clock}
+	c := &http.Client{Transport: tr}
+	if code, err := get(t, c, up.URL); err != nil || code != 200 {
+		t.Fatalf("first: %d %v", code, err)
+	}
+	done := getAsync(c, newRequest(t, context.Background(), up.URL))
+	waitTimers(t, clock, 1)
+	clock.Advance(999 * time.Millisecond)
+	time.Sleep(10 * time.Millisecond)
+	if up.hits.Load() != 1 {
+		t.Fatal("second request sent before its slot")
+	}
+	clock.Advance(time.Millisecond)
+	if code := <-done; code != 200 || up.hits.Load() != 2 {
+		t.Fatalf("second: %d, hits %d", code, up.hits.Load())
+	}
+}
+
+// After a 429 with Retry-After the transport holds that host's requests
+// until then, to the nanosecond on its clock.
+func TestTransportPausesAfterRetryAfter(t *testing.T) {
+	date := "Mon, 05 Aug 2019 09:27:00 GMT"
+	for _, tc := range []struct {
+		name  string
+		first func(http.ResponseWriter)
+		pause time.Duration
+	}{
+		{"429 seconds", status(429, "Retry-After", "5"), 5 * time.Second},
+		{"503 seconds", status(503, "Retry-After", "2"), 2 * time.Second},
+		{"429 HTTP date, from the Date header", status(429, "Date", date, "Retry-After", "Mon, 05 Aug 2019 09:27:07 GMT"), 7 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newUpstream(t, tc.first)
+			clock := ratelimit.NewManualClock(t0)
+			tr := &Transport{Clock: clock}
+			c := &http.Client{Transport: tr}
+			if code, _ := get(t, c, up.URL); code != 429 && code != 503 {
+				t.Fatalf("first: %d", code)
+			}
+			key := strings.TrimPrefix(up.URL, "http://")
+			if until, ok := tr.PausedUntil(key); !ok || !until.Equal(t0.Add(tc.pause)) {
+				t.Fatalf("paused until %v (%v), want %v", until, ok, t0.Add(tc.pause))
+			}
+			done := getAsync(c, newRequest(t, context.Background(), up.URL))
+			waitTimers(t, clock, 1)
+			clock.Advance(tc.pause - 1)
+			time.Sleep(10 * time.Millisecond)
+			if up.hits.Load() != 1 {
+				t.Fatal("request sent during the pause")
+			}
+			clock.Advance(1)
+			if code := <-done; code != 200 || up.hits.Load() != 2 {
+				t.Fatalf("after the pause: %d, hits %d", code, up.hits.Load())
+			}
+		})
+	}
+}
+
+func TestTransportPauseEdges(t *testing.T) {
+	clock := ratelimit.NewManualClock(t0)
+	up := newUpstream(t,
+		status(429),                        // no Retry-After: no pause
+		status(500, "Retry-After", "9"),    // not 429/503: no pause
+		status(429, "Retry-After", "3600"), // capped by MaxPause
+	)
+	tr := &Transport{Clock: clock, MaxPause: 2 * time.Second}
+	c := &http.Client{Transport: tr}
+	key := strings.TrimPrefix(up.URL, "http://")
+	for i := range 2 {
+		get(t, c, up.URL)
+		if _, ok := tr.PausedUntil(key); ok {
+			t.Errorf("response %d paused", i)
+		}
+	}
+	get(t, c, up.URL)
+	if until, ok := tr.PausedUntil(key); !ok || !until.Equal(t0.Add(2*time.Second)) {
+		t.Errorf("capped pause until %v, want %v", until, t0.Add(2*time.Second))
+	}
+	// Another host is not held.
+	other := newUpstream(t)
+	if code, _ := get(t, c, other.URL); code != 200 {
+		t.Errorf("other host: %d", code)
+	}
+	// A negative MaxPause ignores Retry-After.
+	up2 := newUpstream(t, status(429, "Retry-After", "5"))
+	tr2 := &Transport{Clock: clock, MaxPause: -1}
+	get(t, &http.Client{Transport: tr2}, up2.URL)
+	if _, ok := tr2.PausedUntil(strings.TrimPrefix(up2.URL, "http://")); ok {
+		t.Error("negative MaxPause paused")
+	}
+}
+
+// A pause or a limiter delay past the context's deadline fails at once,
+// sending nothing.
+func TestTransportDeadline(t *testing.T) {
+	up := newUpstream(t, status(429, "Retry-After", "5"))
+	clock := ratelimit.NewManualClock(t0)
+	lim := tokenBucket(t, ratelimit.PerMinute(1), 1, clock)
+	c := &http.Client{Transport: &Transport{Clock: clock, Limiter: lim}}
+	get(t, c, up.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // real time: < the 5s pause
+	defer cancel()
+	body := &closeRecorder{Reader: strings.NewReader("payload")}
+	req, _ := http.NewRequestWithContext(ctx, "POST", up.URL, body)
+	_, err := c.Do(req)
+	if !errors.Is(err, ratelimit.ErrLimited) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v", err)
+	}
+	if up.hits.Load() != 1 || !body.closed {
+		t.Errorf("hits %d, body closed %v", up.hits.Load(), body.closed)
+	}
+	// After the pause, the limiter (1/min) still holds the request back.
+	clock.Advance(5 * time.Second)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second) // < the 55s to wait
+	defer cancel2()
+	if _, err := c.Do(newRequest(t, ctx2, up.URL)); !errors.Is(err, ratelimit.ErrLimited) {
+		t.Errorf("limiter past deadline: %v", err)
+	}
+	if d, _ := lim.AllowN(context.Background(), strings.TrimPrefix(up.URL, "http://"), 0); d.ResetAfter != 55*time.Second {
+		t.Errorf("the refused request consumed: %+v", d)
+	}
+}
+
+type closeRecorder struct {
+	io.Reader
+	closed bool
+}
+
+func (c *closeRecorder) Close() error { c.closed = true; return nil }
+
+// A permit is held from before sending until the body is closed or read to
+// the end.
+func TestTransportHoldsPermit(t *testing.T) {
+	up := newUpstream(t)
+	sem := bulkhead(t, 1)
+	c := &http.Client{Transport: &Transport{Concurrency: sem}}
+	resp, err := c.Get(up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sem.InFlight() != 1 {
+		t.Fatalf("in flight %d with an open body", sem.InFlight())
+	}
+	done := getAsync(c, newRequest(t, context.Background(), up.URL))
+	time.Sleep(20 * time.Millisecond)
+	if up.hits.Load() != 1 {
+		t.Fatal("second request sent while the first held the only permit")
+	}
+	resp.Body.Close()
+	resp.Body.Close() // twice: released once
+	if code := <-done; code != 200 {
+		t.Fatalf("second: %d", code)
+	}
+	// Reading to EOF releases too, even without Close.
+	resp, _ = c.Get(up.URL)
+	io.ReadAll(resp.Body)
+	if sem.InFlight() != 0 {
+		t.Errorf("in flight %d after EOF", sem.InFlight())
+	}
+	resp.Body.Close()
+	// A failed round trip releases at once.
+	up.Close()
+	if _, err := c.Get(up.URL); err == nil || sem.InFlight() != 0 {
+		t.Errorf("failed round trip: err %v, in flight %d", err, sem.InFlight())
+	}
+}
+
+func TestZeroTransport(t *testing.T) {
+	up := newUpstream(t)
+	if code, err := get(t, &http.Client{Transport: &Transport{}}, up.URL); err != nil || code != 200 {
+		t.Errorf("%d %v", code, err)
+	}
+}
+
+func TestRetryAfterParse(t *testing.T) {
+	now := time.Date(2019, 8, 5, 9, 27, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		header []string
+		want   time.Duration
+		ok     bool
+	}{
+		{[]string{"Retry-After", "0"}, 0, true},
+		{[]string{"Retry-After", " 120 "}, 2 * time.Minute, true},
+		{[]string{"Retry-After", "-1"}, 0, false},
+		{[]string{"Retry-After", "soon"}, 0, false},
+		{[]string{"Retry-After", "99999999999999999"}, 9223372036 * time.Second, true},
+		{[]string{"Retry-After", "Mon, 05 Aug 2019 09:27:05 GMT"}, 5 * time.Second, true},
+		{[]string{"Retry-After", "Mon, 05 Aug 2019 09:27:05 GMT", "Date", "Mon, 05 Aug 2019 09:27:03 GMT"}, 2 * time.Second, true},
+		{nil, 0, false},
+	} {
+		h := http.Header{}
+		for i := 0; i+1 < len(tc.header); i += 2 {
+			h.Set(tc.header[i], tc.header[i+1])
+		}
+		got, ok := retryAfter(h, now)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%v: %v %v, want %v %v", tc.header, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// A pause that begins while a request waits on the limiter holds it too.
+func TestTransportPauseWhileWaiting(t *testing.T) {
+	unblock := make(chan struct{})
+	up := newUpstream(t, func(w http.ResponseWriter) {
+		<-unblock // the first request is slow, then refused
+		status(429, "Retry-After", "5")(w)
+	})
+	clock := ratelimit.NewManualClock(t0)
+	sem := bulkhead(t, 2)
+	c := &http.Client{Transport: &Transport{Clock: clock, Concurrency: sem,
+		Limiter: tokenBucket(t, ratelimit.PerSecond(1), 1, clock)}}
+	first := getAsync(c, newRequest(t, context.Background(), up.URL))
+	for up.hits.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	second := getAsync(c, newRequest(t, context.Background(), up.URL))
+	waitTimers(t, clock, 1) // the second waits on the limiter, until t0+1s
+	close(unblock)
+	if code := <-first; code != 429 {
+		t.Fatalf("first: %d", code)
+	}
+	clock.Advance(time.Second) // the limiter lets it go; the pause holds it
+	waitTimers(t, clock, 1)
+	if sem.InFlight() != 0 {
+		t.Errorf("a paused request holds a permit")
+	}
+	clock.Advance(4*time.Second - 1)
+	time.Sleep(10 * time.Millisecond)
+	if up.hits.Load() != 1 {
+		t.Fatal("request sent during a pause that began while it waited")
+	}
+	clock.Advance(1)
+	if code := <-second; code != 200 || up.hits.Load() != 2 {
+		t.Fatalf("second: %d, hits %d", code, up.hits.Load())
+	}
+}

@@ -1,0 +1,363 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrInvalidRule means a rule, or a line of a rules configuration, is
+// malformed. Errors from NewRules and ParseRules match it and, where the
+// rate or burst is at fault, ErrInvalidRate or ErrInvalidCapacity too.
+var ErrInvalidRule = errors.New("ratelimit: invalid rule")
+
+// ErrNoKey means a request lacks the key a limit needs: no user for a
+// per-user rule, no client address for a per-IP one. Nothing is recorded.
+// Callers decide what such a request gets; it is never let through
+// unlimited by this package.
+var ErrNoKey = errors.New("ratelimit: no key for the limit's scope")
+
+// Scope says whose allowance a rule counts.
+type Scope uint8
+
+const (
+	// PerUser gives each user (Subject.User) an allowance of their own.
+	PerUser Scope = iota + 1
+	// PerIP gives each client address (Subject.IP) an allowance of its own.
+	PerIP
+	// Global gives every caller together one allowance.
+	Global
+)
+
+// String returns the scope as ParseRules writes it: "per user", "per ip"
+// or "global".
+func (s Scope) String() string {
+	switch s {
+	case PerUser:
+		return "per user"
+	case PerIP:
+		return "per ip"
+	case Global:
+		return "global"
+	}
+	return "Scope(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Subject is who makes a request, as rules see it.
+type Subject struct {
+	// User identifies the authenticated user; "" if there is none.
+	User string
+	// IP identifies the client address (or its group, such as an IPv6
+	// /64); "" if unknown.
+	IP string
+}
+
+// Rule is one limit on one class of requests: for example at most 1 per
+// second per user on "POST /posts", or 10,000 per second for everyone on
+// every request.
+type Rule struct {
+	// Class is the request class the rule applies to, typically a method
+	// and route pattern as net/http's ServeMux writes them: "POST /posts",
+	// "GET /items/{id}". "*" applies the rule to every request, in
+	// addition to its class's own rules.
+	Class string
+	// Name identifies the rule in headers and errors; it must be unique.
+	// Default: class, rate and scope, as in "POST /posts 1/s per user".
+	Name string
+	// Rate is the sustained rate allowed.
+	Rate Rate
+	// Burst is how many requests may come at once (the bucket's
+	// capacity). Default: Rate.N.
+	Burst int
+	// Scope says whose allowance the rule counts.
+	Scope Scope
+	// Limiter, if not nil, enforces the rule instead of the token bucket
+	// NewRules would build; Rate and Burst must then describe it, as
+	// headers quote them. Rules sharing one Limiter share its keys.
+	Limiter Limiter
+}
+
+// Window returns how long the rule's allowance takes to refill from empty
+// to full: Burst × Rate.Period / Rate.N, rounded up to the nanosecond (at
+// most about 73 years, which NewRules enforces). A client that sends at
+// most Burst requests in any Window is never limited by the rule.
+func (r Rule) Window() time.Duration {
+	if !r.Rate.Valid() || r.Burst <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(r.Burst), uint64(r.Rate.Period))
+	if hi >= uint64(r.Rate.N) {
+		return time.Duration(1<<63 - 1)
+	}
+	q, rem := bits.Div64(hi, lo, uint64(r.Rate.N))
+	if rem > 0 {
+		q++
+	}
+	return time.Duration(min(q, 1<<63-1))
+}
+
+// Rules maps request classes to their limits and checks a request against
+// all of them at once, all or nothing (see AllowAll): "1 post/s, 5 likes/s,
+// 150 friend requests/day per user, 10,000 requests/s in all" is four
+// rules, and a post denied by the global limit costs the user nothing.
+//
+// A request of class c is checked against c's rules, in the order given,
+// then the "*" rules. A class with no rules of its own gets only the "*"
+// rules; with none of those either, it is not limited.
+//
+// Build it with NewRules or ParseRules. It is immutable and safe for
+// concurrent use. Most callers want Check, or the httplimit middleware.
+type Rules struct {
+	rules   []Rule
+	classes map[string][]int // class -> rule indexes in check order
+	every   []int            // the "*" rules
+	built   []Limiter        // limiters NewRules made, for Close
+}
+
+// NewRules returns the given rules, each enforced by rule.Limiter or else
+// by a new TokenBucket of rule.Rate and rule.Burst built with opts
+// (WithClock, WithMaxKeys, ...).
+//
+// It returns an error matching ErrInvalidRule for an empty class, a scope
+// that is not PerUser, PerIP or Global, or a duplicate name; ErrInvalidRate
+// for an invalid rate; ErrInvalidCapacity for a negative burst or one the
+// token bucket refuses; ErrInvalidOption for a bad option.
+func NewRules(rules []Rule, opts ...Option) (*Rules, error) {
+	rs := &Rules{classes: make(map[string][]int)}
+	names := make(map[string]bool, len(rules))
+	for i, r := range rules {
+		fail := func(sentinel error, format string, args ...any) (*Rules, error) {
+			rs.Close()
+			return nil, fmt.Errorf("%w: rule %d (%s %v): %s", sentinel, i, r.Class, r.Rate, fmt.Sprintf(format, args...))
+		}
+		if r.Class == "" {
+			return fail(ErrInvalidRule, "empty class")
+		}
+		if r.Scope < PerUser || r.Scope > Global {
+			return fail(ErrInvalidRule, "scope must be PerUser, PerIP or Global, got %v", r.Scope)
+		}
+		if err := r.Rate.validate(); err != nil {
+			rs.Close()
+			return nil, fmt.Errorf("%w: rule %d: %w", ErrInvalidRule, i, err)
+		}
+		if r.Burst < 0 {
+			return fail(ErrInvalidCapacity, "burst %d is negative", r.Burst)
+		}
+		if r.Burst == 0 {
+			if r.Rate.N > int64(maxInt) {
+				return fail(ErrInvalidCapacity, "default burst %d does not fit an int", r.Rate.N)
+			}
+			r.Burst = int(r.Rate.N)
+		}
+		if r.Name == "" {
+			r.Name = r.Class + " " + r.Rate.String() + " " + r.Scope.String()
+		}
+		if names[r.Name] {
+			return fail(ErrInvalidRule, "duplicate name %q", r.Name)
+		}
+		names[r.Name] = true
+		if r.Limiter == nil {
+			tb, err := NewTokenBucket(r.Rate, r.Burst, opts...)
+			if err != nil {
+				rs.Close()
+				return nil, fmt.Errorf("%w: rule %d: %w", ErrInvalidRule, i, err)
+			}
+			r.Limiter = tb
+			rs.built = append(rs.built, tb)
+		}
+		rs.rules = append(rs.rules, r)
+		if r.Class == "*" {
+			rs.every = append(rs.every, i)
+		} else {
+			rs.classes[r.Class] = append(rs.classes[r.Class], i)
+		}
+	}
+	for c, idx := range rs.classes {
+		rs.classes[c] = append(idx, rs.every...)
+	}
+	return rs, nil
+}
+
+const maxInt = int(^uint(0) >> 1)
+
+// ParseRules reads rules from a small configuration, one rule a line:
+//
+//	# class:       rate      [burst N]  scope     [as name]
+//	POST /posts:   1/s                  per user
+//	POST /likes:   5/s                  per user
+//	POST /friends: 150/day              per user
+//	GET /search:   30/m      burst 10   per ip    as search
+//	*:             10,000/s             global
+//
+// The class ends at the first colon followed by a space or tab; the rate
+// is as ParseRate reads it, and its count may group digits with "," or "_";
+// the scope is "per user", "per ip" or "global"; "as" names the rule (the
+// rest of the line). Blank lines and text after "#" are ignored. The rules
+// are then built as by NewRules with opts. Errors name the line and match
+// ErrInvalidRule (and ErrInvalidRate for a bad rate).
+func ParseRules(config string, opts ...Option) (*Rules, error) {
+	var rules []Rule
+	for n, line := range strings.Split(config, "\n") {
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = line[:i]
+		}
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		r, err := parseRule(line)
+		if err != nil {
+			return nil, fmt.Errorf("%w: line %d: %w", ErrInvalidRule, n+1, err)
+		}
+		rules = append(rules, r)
+	}
+	return NewRules(rules, opts...)
+}
+
+func parseRule(line string) (Rule, error) {
+	var r Rule
+	sep := -1
+	for i := 0; i+1 < len(line) && sep < 0; i++ {
+		if line[i] == ':' && (line[i+1] == ' ' || line[i+1] == '\t') {
+			sep = i
+		}
+	}
+	if sep < 0 {
+		return r, fmt.Errorf(`want "class: rate scope", e.g. "POST /posts: 1/s per user"`)
+	}
+	r.Class = strings.TrimSpace(line[:sep])
+	f := strings.Fields(line[sep+1:])
+	if i := slices.Index(f, "as"); i >= 0 {
+		if i == len(f)-1 {
+			return r, fmt.Errorf(`"as" without a name`)
+		}
+		r.Name = strings.Join(f[i+1:], " ")
+		f = f[:i]
+	}
+	switch {
+	case len(f) >= 1 && strings.EqualFold(f[len(f)-1], "global"):
+		r.Scope, f = Global, f[:len(f)-1]
+	case len(f) >= 2 && strings.EqualFold(f[len(f)-2], "per") && strings.EqualFold(f[len(f)-1], "user"):
+		r.Scope, f = PerUser, f[:len(f)-2]
+	case len(f) >= 2 && strings.EqualFold(f[len(f)-2], "per") && strings.EqualFold(f[len(f)-1], "ip"):
+		r.Scope, f = PerIP, f[:len(f)-2]
+	default:
+		return r, fmt.Errorf(`the rate must be followed by a scope: "per user", "per ip" or "global"`)
+	}
+	if len(f) >= 2 && strings.EqualFold(f[len(f)-2], "burst") {
+		b, err := strconv.Atoi(f[len(f)-1])
+		if err != nil || b <= 0 {
+			return r, fmt.Errorf("burst %q is not a positive integer", f[len(f)-1])
+		}
+		r.Burst, f = b, f[:len(f)-2]
+	}
+	if len(f) == 0 {
+		return r, fmt.Errorf("no rate")
+	}
+	f[0] = ungroup(f[0])
+	rate, err := ParseRate(strings.Join(f, " "))
+	if err != nil {
+		return r, err
+	}
+	r.Rate = rate
+	return r, nil
+}
+
+// ungroup removes digit-group separators from the count that leads s:
+// "10,000/s" becomes "10000/s".
+func ungroup(s string) string {
+	end := strings.IndexFunc(s, func(c rune) bool { return (c < '0' || c > '9') && c != ',' && c != '_' })
+	if end < 0 {
+		end = len(s)
+	}
+	return strings.NewReplacer(",", "", "_", "").Replace(s[:end]) + s[end:]
+}
+
+// Classes returns the classes that have rules of their own, sorted; "*"
+// rules apply to these and to every other class.
+func (rs *Rules) Classes() []string {
+	cs := make([]string, 0, len(rs.classes))
+	for c := range rs.classes {
+		cs = append(cs, c)
+	}
+	slices.Sort(cs)
+	return cs
+}
+
+// Limits returns the rules a request of class is checked against, in the
+// order Check writes their decisions, with defaults filled in. The slice
+// is new; changing it changes nothing.
+func (rs *Rules) Limits(class string) []Rule {
+	idx := rs.indexes(class)
+	out := make([]Rule, len(idx))
+	for i, j := range idx {
+		out[i] = rs.rules[j]
+	}
+	return out
+}
+
+func (rs *Rules) indexes(class string) []int {
+	if idx, ok := rs.classes[class]; ok {
+		return idx
+	}
+	return rs.every
+}
+
+// Check reports whether n requests of class by who may happen now under
+// every rule that applies, all or nothing, and records them under every
+// rule if so; see AllowAll for the combined Decision. If ds is at least as
+// long as Limits(class), ds[i] receives the decision of the i-th rule. If
+// no rule applies, the request is allowed: Decision{Allowed: true}, with
+// Limit 0 saying that no limit applied.
+//
+// A per-user rule with who.User == "" or a per-IP rule with who.IP == ""
+// returns an error matching ErrNoKey, and nothing is recorded. Check does
+// not allocate for up to 8 rules of in-memory limiters.
+func (rs *Rules) Check(ctx context.Context, class string, who Subject, n int, ds []Decision) (Decision, error) {
+	idx := rs.indexes(class)
+	var buf [stackPairs]Pair
+	pairs := buf[:0]
+	if len(idx) > stackPairs {
+		pairs = make([]Pair, 0, len(idx))
+	}
+	for _, j := range idx {
+		r := &rs.rules[j]
+		var key string
+		switch r.Scope {
+		case PerUser:
+			if key = who.User; key == "" {
+				return Decision{}, fmt.Errorf("%w: rule %q counts per user and the request has none", ErrNoKey, r.Name)
+			}
+		case PerIP:
+			if key = who.IP; key == "" {
+				return Decision{}, fmt.Errorf("%w: rule %q counts per client address and the request has none", ErrNoKey, r.Name)
+			}
+		}
+		pairs = append(pairs, Pair{Limiter: r.Limiter, Key: key})
+	}
+	return AllowAll(ctx, n, pairs, ds)
+}
+
+// Allow reports whether one request of class by who may happen now under
+// every rule, and records it if so. An error (ErrNoKey) counts as a denial.
+func (rs *Rules) Allow(class string, who Subject) bool {
+	d, err := rs.Check(context.Background(), class, who, 1, nil)
+	return err == nil && d.Allowed
+}
+
+// Close stops the sweepers of the limiters NewRules built, if options
+// started any; limiters given in Rule.Limiter are the caller's to close.
+// The rules remain usable. It always returns nil.
+func (rs *Rules) Close() error {
+	for _, l := range rs.built {
+		if c, ok := l.(interface{ Close() error }); ok {
+			c.Close()
+		}
+	}
+	return nil
+}

@@ -1,0 +1,259 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+const socialConfig = `
+# A social network's limits: three per user and endpoint, one for all.
+POST /posts:   1/s      per user
+POST /likes:   5/s      per user   # 5 at once, then 5 a second
+POST /friends: 150/day  per user   as friend requests
+*:             10,000/s global
+`
+
+func TestParseRules(t *testing.T) {
+	rs, err := ParseRules(socialConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	if got, want := strings.Join(rs.Classes(), "|"), "POST /friends|POST /likes|POST /posts"; got != want {
+		t.Errorf("Classes = %q, want %q", got, want)
+	}
+	want := []Rule{
+		{Class: "POST /friends", Name: "friend requests", Rate: PerDay(150), Burst: 150, Scope: PerUser},
+		{Class: "*", Name: "* 10000/s global", Rate: PerSecond(10000), Burst: 10000, Scope: Global},
+	}
+	got := rs.Limits("POST /friends")
+	if len(got) != len(want) {
+		t.Fatalf("Limits = %+v", got)
+	}
+	for i := range want {
+		g := got[i]
+		g.Limiter = nil
+		if g != want[i] {
+			t.Errorf("rule %d = %+v, want %+v", i, g, want[i])
+		}
+		if got[i].Limiter == nil {
+			t.Errorf("rule %d has no limiter", i)
+		}
+	}
+	if l := rs.Limits("GET /"); len(l) != 1 || l[0].Class != "*" {
+		t.Errorf("a class without rules gets %+v, want the * rule", l)
+	}
+	if l := rs.Limits("POST /posts"); len(l) != 2 || l[0].Name != "POST /posts 1/s per user" {
+		t.Errorf("POST /posts rules: %+v", l)
+	}
+}
+
+func TestParseRulesSyntax(t *testing.T) {
+	good := []struct {
+		line string
+		want Rule
+	}{
+		{"GET /search: 30/m burst 10 per ip as search", Rule{Class: "GET /search", Name: "search", Rate: PerMinute(30), Burst: 10, Scope: PerIP}},
+		{"GET example.com:8080/x:\t5 per 2s per USER", Rule{Class: "GET example.com:8080/x", Rate: Per(5, 2*time.Second), Burst: 5, Scope: PerUser}},
+		{"*: 1_000/h Global as all of it", Rule{Class: "*", Name: "all of it", Rate: PerHour(1000), Burst: 1000, Scope: Global}},
+	}
+	for _, g := range good {
+		rs, err := ParseRules(g.line)
+		if err != nil {
+			t.Errorf("%q: %v", g.line, err)
+			continue
+		}
+		r := rs.Limits(g.want.Class)[0]
+		r.Limiter = nil
+		if g.want.Name == "" {
+			g.want.Name = r.Name
+		}
+		if r != g.want {
+			t.Errorf("%q: got %+v, want %+v", g.line, r, g.want)
+		}
+	}
+	bad := []struct {
+		config string
+		is     error
+		says   string
+	}{
+		{"POST /posts 1/s per user", ErrInvalidRule, "line 1: want"},
+		{"\nPOST /posts: 1/s", ErrInvalidRule, "line 2: the rate must be followed by a scope"},
+		{"POST /posts: 1/s per team", ErrInvalidRule, "scope"},
+		{"POST /posts: per user", ErrInvalidRule, "no rate"},
+		{"POST /posts: 0/s per user", ErrInvalidRate, "count must be positive"},
+		{"POST /posts: 1/fortnight per user", ErrInvalidRate, "period"},
+		{"POST /posts: 1/s burst x per user", ErrInvalidRule, "burst"},
+		{"POST /posts: 1/s per user as", ErrInvalidRule, `"as" without a name`},
+		{"a: 1/s global as x\nb: 2/s global as x", ErrInvalidRule, `duplicate name "x"`},
+	}
+	for _, b := range bad {
+		_, err := ParseRules(b.config)
+		if !errors.Is(err, b.is) || !errors.Is(err, ErrInvalidRule) || !strings.Contains(err.Error(), b.says) {
+			t.Errorf("%q: err = %v, want %v saying %q", b.config, err, b.is, b.says)
+		}
+	}
+}
+
+func TestNewRulesErrors(t *testing.T) {
+	for _, tc := range []struct {
+		rule Rule
+		is   error
+	}{
+		{Rule{Rate: PerSecond(1), Scope: Global}, ErrInvalidRule},
+		{Rule{Class: "x", Rate: PerSecond(1)}, ErrInvalidRule},
+		{Rule{Class: "x", Rate: PerSecond(1), Scope: 9}, ErrInvalidRule},
+		{Rule{Class: "x", Scope: Global}, ErrInvalidRate},
+		{Rule{Class: "x", Rate: PerSecond(1), Burst: -1, Scope: Global}, ErrInvalidCapacity},
+		{Rule{Class: "x", Rate: Every(time.Hour), Burst: 1 << 40, Scope: Global}, ErrInvalidCapacity},
+	} {
+		if _, err := NewRules([]Rule{tc.rule}); !errors.Is(err, tc.is) {
+			t.Errorf("%+v: err = %v, want %v", tc.rule, err, tc.is)
+		}
+	}
+	if _, err := NewRules([]Rule{{Class: "x", Rate: PerSecond(1), Scope: Global}}, WithShards(3)); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("bad option: %v", err)
+	}
+}
+
+func TestRuleWindow(t *testing.T) {
+	for _, tc := range []struct {
+		r    Rule
+		want time.Duration
+	}{
+		{Rule{Rate: PerDay(150), Burst: 150}, 24 * time.Hour},
+		{Rule{Rate: PerSecond(10), Burst: 20}, 2 * time.Second},
+		{Rule{Rate: PerSecond(3), Burst: 1}, 333333334},
+		{Rule{Rate: PerMinute(100), Burst: 10}, 6 * time.Second},
+		{Rule{Rate: Per(1, 1<<62), Burst: 8}, 1<<63 - 1},
+		{Rule{Rate: PerSecond(1)}, 0},
+	} {
+		if got := tc.r.Window(); got != tc.want {
+			t.Errorf("%v burst %d: Window = %v, want %v", tc.r.Rate, tc.r.Burst, got, tc.want)
+		}
+	}
+}
+
+func TestRulesCheck(t *testing.T) {
+	clock := NewManualClock(t0)
+	rs, err := ParseRules(`
+		POST /posts:   1/s      per user
+		POST /likes:   5/s      per user
+		POST /friends: 150/day  per user
+		GET /feed:     2/s      per ip
+		*:             3/s      global
+	`, WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	alice := Subject{User: "alice", IP: "192.0.2.1"}
+	bob := Subject{User: "bob", IP: "192.0.2.2"}
+	steps := []struct {
+		at      time.Duration
+		class   string
+		who     Subject
+		allowed bool
+		retry   time.Duration
+	}{
+		{0, "POST /posts", alice, true, 0},
+		{0, "POST /posts", alice, false, time.Second}, // per user: 1/s
+		{0, "POST /posts", bob, true, 0},              // bob has his own
+		{0, "POST /likes", alice, true, 0},            // global now empty (3 used)
+		{0, "POST /likes", alice, false, 333333334},   // denied by global
+		{time.Second, "POST /posts", alice, true, 0},
+		{time.Second, "GET /feed", bob, true, 0},
+		{time.Second, "GET /other", bob, true, 0}, // only the global rule
+		{time.Second, "GET /other", bob, false, 333333334},
+	}
+	for i, s := range steps {
+		clock.Set(t0.Add(s.at))
+		ds := make([]Decision, len(rs.Limits(s.class)))
+		d, err := rs.Check(ctx, s.class, s.who, 1, ds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed != s.allowed || d.RetryAfter != s.retry {
+			t.Errorf("step %d (%v %s %s): got %+v, want allowed=%v retry=%v", i, s.at, s.class, s.who.User, d, s.allowed, s.retry)
+		}
+		if j := Strictest(ds); d.Limit != ds[j].Limit || d.Remaining != ds[j].Remaining {
+			t.Errorf("step %d: combined %+v is not the strictest of %+v", i, d, ds)
+		}
+	}
+	// The like denied by the global limit cost alice nothing: 5 at once
+	// minus the one allowed, plus a second of refill, capped at 5.
+	var likes Limiter
+	for _, r := range rs.Limits("POST /likes") {
+		if r.Scope == PerUser {
+			likes = r.Limiter
+		}
+	}
+	if got := peek(t, likes, "alice").Remaining; got != 5 {
+		t.Errorf("alice's likes: %d remaining, want 5", got)
+	}
+
+	// 150 friend requests a day, at once, then one every 9.6 minutes.
+	clock.Set(t0.Add(time.Hour))
+	carol := Subject{User: "carol"}
+	for i := range 150 {
+		clock.Advance(time.Second) // stay under the global 3/s
+		if d, _ := rs.Check(ctx, "POST /friends", carol, 1, nil); !d.Allowed {
+			t.Fatalf("friend request %d denied: %+v", i+1, d)
+		}
+	}
+	clock.Advance(time.Second)
+	d, _ := rs.Check(ctx, "POST /friends", carol, 1, nil)
+	if d.Allowed || d.Limit != 150 || d.RetryAfter != 576*time.Second-150*time.Second {
+		t.Errorf("151st friend request: %+v", d)
+	}
+}
+
+func TestRulesNoKey(t *testing.T) {
+	clock := NewManualClock(t0)
+	rs, err := ParseRules("POST /posts: 1/s per user\nGET /feed: 1/s per ip\n*: 10/s global", WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := rs.Check(ctx, "POST /posts", Subject{IP: "192.0.2.1"}, 1, nil); !errors.Is(err, ErrNoKey) {
+		t.Errorf("per-user rule without a user: %v", err)
+	}
+	if _, err := rs.Check(ctx, "GET /feed", Subject{User: "u"}, 1, nil); !errors.Is(err, ErrNoKey) {
+		t.Errorf("per-ip rule without an address: %v", err)
+	}
+	if rs.Allow("POST /posts", Subject{}) {
+		t.Error("Allow without a user allowed")
+	}
+	global := rs.Limits("*")[0].Limiter
+	if got := peek(t, global, "").Remaining; got != 10 {
+		t.Errorf("requests without a key consumed the global limit: %d remaining", got)
+	}
+}
+
+func TestRulesWithoutRules(t *testing.T) {
+	rs, err := NewRules(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := rs.Check(context.Background(), "GET /", Subject{}, 1, nil)
+	if err != nil || d != (Decision{Allowed: true}) {
+		t.Errorf("no rules: %+v, %v", d, err)
+	}
+}
+
+func TestRulesCheckDoesNotAllocate(t *testing.T) {
+	rs, err := ParseRules("POST /posts: 1000000000/s per user\nPOST /posts: 1000000000/s per ip as ip\n*: 1000000000/s global")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	who := Subject{User: "alice", IP: "192.0.2.1"}
+	var ds [3]Decision
+	rs.Check(ctx, "POST /posts", who, 1, ds[:])
+	if n := testing.AllocsPerRun(100, func() { rs.Check(ctx, "POST /posts", who, 1, ds[:]) }); n != 0 {
+		t.Errorf("Check allocates %v times", n)
+	}
+}
