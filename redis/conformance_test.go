@@ -43,6 +43,20 @@ func tokenBucketCase(rate ratelimit.Rate, capacity int) algoCase {
 	}
 }
 
+func leakyBucketCase(rate ratelimit.Rate, capacity int) algoCase {
+	return algoCase{
+		name:  fmt.Sprintf("LeakyBucket(%v,%d)", rate, capacity),
+		limit: capacity,
+		step:  rate.Period / time.Duration(rate.N),
+		core: func(clk ratelimit.Clock) (ratelimit.Limiter, error) {
+			return ratelimit.NewLeakyBucket(rate, capacity, ratelimit.WithClock(clk))
+		},
+		redis: func(c Client, opts ...Option) (ratelimit.Limiter, error) {
+			return NewLeakyBucket(c, rate, capacity, opts...)
+		},
+	}
+}
+
 // extraCases holds the cases the other algorithms' test files add.
 var extraCases []algoCase
 
@@ -54,6 +68,12 @@ func conformanceCases() []algoCase {
 		tokenBucketCase(ratelimit.Per(7, 2*time.Second), 1),
 		tokenBucketCase(ratelimit.PerDay(150), 150),
 		tokenBucketCase(ratelimit.PerSecond(1_000_000_007), 40),
+		tokenBucketCase(ratelimit.PerDay(1), 35),
+		leakyBucketCase(ratelimit.PerSecond(3), 5),
+		leakyBucketCase(ratelimit.Per(7, 2*time.Second), 1),
+		leakyBucketCase(ratelimit.PerDay(150), 150),
+		leakyBucketCase(ratelimit.PerSecond(1_000_000_007), 40),
+		leakyBucketCase(ratelimit.Per(1, 7*time.Nanosecond), 3),
 	}, extraCases...)
 }
 

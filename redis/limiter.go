@@ -214,7 +214,9 @@ func (l *limiter) Wait(ctx context.Context, key string) error { return l.WaitN(c
 // deadline (measured on the time package's clock, as a deadline is an
 // instant of real time, before the round trip) it
 // fails at once, booking nothing, with a *ratelimit.LimitError matching
-// ratelimit.ErrLimited and context.DeadlineExceeded; if ctx ends during the
+// ratelimit.ErrLimited and context.DeadlineExceeded (a refusal for another
+// reason, such as a full leaky-bucket queue that frees in time, matches
+// only ratelimit.ErrLimited); if ctx ends during the
 // wait, the booking is given back and ctx.Err() returned. When Redis fails:
 // FailOpen returns nil at once, FailClosed an error matching
 // ErrUnavailable, FailLocal waits on the local limiter.
@@ -249,7 +251,11 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int) error {
 	}
 	res := l.reservation(key, n, r)
 	if !res.OK() {
-		return &ratelimit.LimitError{RetryAfter: res.Decision().RetryAfter, Deadline: maxWait >= 0}
+		// The deadline caused the refusal only if the events could not
+		// conform within it (not, say, a full leaky-bucket queue that
+		// frees in time).
+		retry := res.Decision().RetryAfter
+		return &ratelimit.LimitError{RetryAfter: retry, Deadline: maxWait >= 0 && retry > time.Duration(maxWait)}
 	}
 	delay := res.Delay()
 	if delay <= 0 {

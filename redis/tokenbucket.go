@@ -59,20 +59,9 @@ type tbAlgo struct {
 // for a nil client or a bad option. It sends nothing to Redis: the script
 // is loaded on first use (and again if Redis loses it).
 func NewTokenBucket(client Client, rate ratelimit.Rate, capacity int, opts ...Option) (*TokenBucket, error) {
-	if !rate.Valid() || rate.N > maxDen {
-		return nil, fmt.Errorf("%w: %v (count must be in [1, 2^52] and period positive)", ratelimit.ErrInvalidRate, rate)
-	}
-	if capacity <= 0 {
-		return nil, fmt.Errorf("%w: capacity must be positive, got %d", ratelimit.ErrInvalidCapacity, capacity)
-	}
-	iv := newInterval(rate)
-	if int64(capacity) > int64(maxSpan)/max(iv.q, 1) {
-		return nil, fmt.Errorf("%w: capacity %d at %v spans more than %v, the redis backend's bound", ratelimit.ErrInvalidCapacity, capacity, rate, maxSpan)
-	}
-	a := &tbAlgo{iv: iv, capacity: int64(capacity)}
-	a.tauNs, a.tauFr = iv.times(a.capacity)
-	if a.tauNs > int64(maxSpan) {
-		return nil, fmt.Errorf("%w: capacity %d at %v spans more than %v, the redis backend's bound", ratelimit.ErrInvalidCapacity, capacity, rate, maxSpan)
+	a, err := newTBAlgo(rate, capacity)
+	if err != nil {
+		return nil, err
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -85,6 +74,26 @@ func NewTokenBucket(client Client, rate ratelimit.Rate, capacity int, opts ...Op
 		return nil, err
 	}
 	return &TokenBucket{l}, nil
+}
+
+// newTBAlgo checks the parameters of a token or leaky bucket on Redis.
+func newTBAlgo(rate ratelimit.Rate, capacity int) (*tbAlgo, error) {
+	if !rate.Valid() || rate.N > maxDen {
+		return nil, fmt.Errorf("%w: %v (count must be in [1, 2^52] and period positive)", ratelimit.ErrInvalidRate, rate)
+	}
+	if capacity <= 0 {
+		return nil, fmt.Errorf("%w: capacity must be positive, got %d", ratelimit.ErrInvalidCapacity, capacity)
+	}
+	iv := newInterval(rate)
+	a := &tbAlgo{iv: iv, capacity: int64(capacity)}
+	if a.capacity > int64(maxSpan)/max(iv.q, 1) {
+		return nil, fmt.Errorf("%w: capacity %d at %v spans more than %v, the redis backend's bound", ratelimit.ErrInvalidCapacity, capacity, rate, maxSpan)
+	}
+	a.tauNs, a.tauFr = iv.times(a.capacity)
+	if a.tauNs >= int64(maxSpan) && (a.tauNs > int64(maxSpan) || a.tauFr > 0) {
+		return nil, fmt.Errorf("%w: capacity %d at %v spans more than %v, the redis backend's bound", ratelimit.ErrInvalidCapacity, capacity, rate, maxSpan)
+	}
+	return a, nil
 }
 
 func (a *tbAlgo) args(dst []any, n, _ int64) []any {
@@ -107,9 +116,10 @@ func (a *tbAlgo) decision(r *reply, n int64) ratelimit.Decision {
 	return d
 }
 
-// tbScript mirrors the core's tbAlgo.step and unstep. Instants are ns
-// relative to now with a numerator over den (see luaPrelude).
-const tbScript = `
+// luaFraction reads the buckets' parameters, n intervals (nivn, nivf) and
+// the burst tolerance (taun, tauf) as ns plus a numerator over den, and
+// defines exact sums, differences, comparison and ceiling of such values.
+const luaFraction = `
 local nivn, nivf = tonumber(ARGV[6]), tonumber(ARGV[7])
 local taun, tauf = tonumber(ARGV[8]), tonumber(ARGV[9])
 local den, hz = tonumber(ARGV[10]), tonumber(ARGV[11])
@@ -126,6 +136,11 @@ local function sub(a, af, b, bf)
 end
 local function le(a, af, b, bf) return a < b or (a == b and af <= bf) end
 local function ceil(a, af) if af > 0 then return a + 1 end return a end
+`
+
+// tbScript mirrors the core's tbAlgo.step and unstep. Instants are ns
+// relative to now with a numerator over den (see luaPrelude).
+const tbScript = luaFraction + `
 
 -- The TAT; a missing key is a full bucket (TAT = now).
 local tn, tf = 0, 0

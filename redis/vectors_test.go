@@ -50,6 +50,9 @@ var vectorAlgorithms = map[string]func(v *vectorFile, c Client, opts ...Option) 
 	"tokenbucket": func(v *vectorFile, c Client, opts ...Option) (ratelimit.Limiter, error) {
 		return NewTokenBucket(c, ratelimit.Per(v.Rate.N, time.Duration(v.Rate.PeriodNs)), v.Capacity, opts...)
 	},
+	"leakybucket": func(v *vectorFile, c Client, opts ...Option) (ratelimit.Limiter, error) {
+		return NewLeakyBucket(c, ratelimit.Per(v.Rate.N, time.Duration(v.Rate.PeriodNs)), v.Capacity, opts...)
+	},
 }
 
 func TestVectors(t *testing.T) {
