@@ -379,3 +379,51 @@ func TestDenyCacheBounded(t *testing.T) {
 		t.Errorf("%d entries, cap 2", len(dc.m))
 	}
 }
+
+// TestTTLAllAlgorithms runs a mixed workload on every algorithm on the
+// server's clock, then checks that every key written has a TTL and that it
+// ends no later than 1 ms after the key is at rest (its ResetAfter). (Keys
+// of the fastest cases, at rest within a millisecond, may show PTTL 0.)
+func TestTTLAllAlgorithms(t *testing.T) {
+	c := newClient(t, redisAddr(t), true)
+	for _, ac := range conformanceCases() {
+		prefix := testPrefix(t) + ac.name + ":"
+		lim, err := ac.redis(c, WithPrefix(prefix), WithTimeout(5*time.Second),
+			WithOnError(func(key string, err error) { t.Errorf("%s %q: %v", ac.name, key, err) }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 60 {
+			key := fmt.Sprint("k", i%5)
+			n := 1 + i%max(ac.limit, 1)
+			switch i % 4 {
+			case 0, 1:
+				lim.AllowN(bg, key, min(n, ac.limit))
+			case 2:
+				if r, err := lim.Reserve(bg, key, min(n, ac.limit)); err == nil && i%8 == 2 {
+					r.Cancel()
+				}
+			default:
+				lim.Allow(key)
+			}
+		}
+		for _, k := range keysWithPrefix(t, c, prefix) {
+			t0 := time.Now()
+			pttl := c.PTTL(bg, k).Val()
+			user := hashTag(k)
+			d, err := lim.AllowN(bg, user, 0)
+			elapsed := time.Since(t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// -1 (ns, as go-redis returns it) is a key without a TTL; -2
+			// one gone since the scan; 0, one expiring this millisecond.
+			if pttl == -1 {
+				t.Errorf("%s: key %q has no TTL", ac.name, k)
+			}
+			if pttl > d.ResetAfter+time.Millisecond+elapsed.Round(time.Millisecond)+time.Millisecond {
+				t.Errorf("%s: key %q has PTTL %v, but is at rest in %v", ac.name, k, pttl, d.ResetAfter)
+			}
+		}
+	}
+}
