@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // slack is how much later than the call timeout a call may return under
@@ -19,9 +20,7 @@ const slack = 150 * time.Millisecond
 // Redis again once it is back.
 func TestRedisStopped(t *testing.T) {
 	srv := ownServer(t)
-	// go-redis retries a refused connection until the context ends, so
-	// each call here takes the whole timeout: keep it short.
-	const timeout = 50 * time.Millisecond
+	const timeout = 100 * time.Millisecond
 	type built struct {
 		lim    *TokenBucket
 		policy FailurePolicy
@@ -31,7 +30,14 @@ func TestRedisStopped(t *testing.T) {
 	for _, p := range []FailurePolicy{FailOpen, FailClosed, FailLocal} {
 		for _, ctxTimeout := range []bool{true, false} {
 			errs := new(atomic.Int64)
-			lim, err := NewTokenBucket(newClient(t, srv.addr, ctxTimeout), ratelimit.PerHour(1), 3,
+			// Half the clients fail fast (no retries, one dial), as the
+			// package doc suggests; the others retry until the timeout.
+			c := goredis.NewClient(&goredis.Options{Addr: srv.addr, ContextTimeoutEnabled: ctxTimeout})
+			if ctxTimeout {
+				c = goredis.NewClient(&goredis.Options{Addr: srv.addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+			}
+			t.Cleanup(func() { c.Close() })
+			lim, err := NewTokenBucket(c, ratelimit.PerHour(1), 3,
 				WithPrefix(testPrefix(t)), WithTimeout(timeout), WithFailurePolicy(p),
 				WithOnError(func(key string, err error) {
 					if !errors.Is(err, ErrUnavailable) {
