@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/ratelimitkit/ratelimit"
-	goredis "github.com/redis/go-redis/v9"
 )
 
 // Benchmarks against the local redis-server (loopback), in decisions per
@@ -73,6 +72,37 @@ func BenchmarkPingBaseline(b *testing.B) {
 	})
 }
 
+// benchAlgorithms builds each algorithm for the benchmarks, at rates that
+// allow most calls; the window algorithms' test files add theirs.
+var benchAlgorithms = []struct {
+	name  string
+	build func(c Client, opts ...Option) (ratelimit.Limiter, error)
+}{
+	{"TokenBucket", func(c Client, opts ...Option) (ratelimit.Limiter, error) {
+		return NewTokenBucket(c, ratelimit.PerSecond(1_000_000), 1000, opts...)
+	}},
+	{"LeakyBucket", func(c Client, opts ...Option) (ratelimit.Limiter, error) {
+		return NewLeakyBucket(c, ratelimit.PerSecond(1_000_000), 1000, opts...)
+	}},
+}
+
+// BenchmarkAlgorithms measures Allow on 1024 keys per algorithm, with a
+// client that bounds I/O by the context (the direct path).
+func BenchmarkAlgorithms(b *testing.B) {
+	c := newClient(b, redisAddr(b), true)
+	for _, a := range benchAlgorithms {
+		b.Run(a.name, func(b *testing.B) {
+			lim, err := a.build(c, WithPrefix(testPrefix(b)), WithFailurePolicy(FailClosed))
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchLimiter(b, lim)
+		})
+	}
+}
+
+// BenchmarkTokenBucket compares the direct path with the helper goroutine
+// used for clients that ignore contexts.
 func BenchmarkTokenBucket(b *testing.B) {
 	for _, mode := range []struct {
 		name       string
@@ -106,5 +136,3 @@ func BenchmarkTokenBucketDenyCache(b *testing.B) {
 	}
 	reportRate(b)
 }
-
-var _ = goredis.Nil
