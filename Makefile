@@ -7,6 +7,9 @@ GO ?= go
 ## demo: show the limiters at work on a readable timeline.
 demo:
 	$(GO) run ./examples/tokenbucket
+	@echo
+	$(GO) run ./examples/algorithms
+	@echo
 	$(GO) run ./examples/httpserver
 
 ## test: formatting, vet, a build of every package (examples too) and every

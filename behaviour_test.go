@@ -45,6 +45,15 @@ var algorithms = []algorithm{
 	{name: "LeakyBucket", shaper: true, new: func(limit int, period time.Duration, clk Clock, opts ...Option) (testLimiter, error) {
 		return asTestLimiter(NewLeakyBucket(Per(int64(limit), period), limit, withClock(clk, opts)...))
 	}},
+	{name: "FixedWindow", new: func(limit int, period time.Duration, clk Clock, opts ...Option) (testLimiter, error) {
+		return asTestLimiter(NewFixedWindow(Per(int64(limit), period), withClock(clk, opts)...))
+	}},
+	{name: "SlidingLog", new: func(limit int, period time.Duration, clk Clock, opts ...Option) (testLimiter, error) {
+		return asTestLimiter(NewSlidingLog(Per(int64(limit), period), withClock(clk, opts)...))
+	}},
+	{name: "SlidingWindowCounter", new: func(limit int, period time.Duration, clk Clock, opts ...Option) (testLimiter, error) {
+		return asTestLimiter(NewSlidingWindowCounter(Per(int64(limit), period), withClock(clk, opts)...))
+	}},
 }
 
 // asTestLimiter returns l as a testLimiter, or a nil interface (not a typed

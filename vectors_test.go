@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -55,9 +56,23 @@ type vectorResult struct {
 // vectorAlgorithms builds each algorithm from a vector file's parameters.
 var vectorAlgorithms = map[string]func(v *vectorFile, clk Clock) (Limiter, error){
 	"tokenbucket": func(v *vectorFile, clk Clock) (Limiter, error) {
-		return NewTokenBucket(Per(v.Rate.N, time.Duration(v.Rate.PeriodNs)), v.Capacity, WithClock(clk))
+		return NewTokenBucket(v.rate(), v.Capacity, WithClock(clk))
+	},
+	"leakybucket": func(v *vectorFile, clk Clock) (Limiter, error) {
+		return NewLeakyBucket(v.rate(), v.Capacity, WithClock(clk))
+	},
+	"fixedwindow": func(v *vectorFile, clk Clock) (Limiter, error) {
+		return NewFixedWindow(v.rate(), WithClock(clk))
+	},
+	"slidinglog": func(v *vectorFile, clk Clock) (Limiter, error) {
+		return NewSlidingLog(v.rate(), WithClock(clk))
+	},
+	"slidingcounter": func(v *vectorFile, clk Clock) (Limiter, error) {
+		return NewSlidingWindowCounter(v.rate(), WithClock(clk))
 	},
 }
+
+func (v *vectorFile) rate() Rate { return Per(v.Rate.N, time.Duration(v.Rate.PeriodNs)) }
 
 // vectorParams are the parameter sets the generator writes a file for,
 // per algorithm: a whole-nanosecond interval, a fractional one, a slow one.
@@ -164,7 +179,7 @@ func writeVectors(t *testing.T) {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	for ai, name := range names {
+	for _, name := range names {
 		for pi, p := range vectorParams {
 			v := &vectorFile{
 				Algorithm:   name,
@@ -178,7 +193,9 @@ func writeVectors(t *testing.T) {
 				t.Fatal(err)
 			}
 			limit := lim.(interface{ Limit() int }).Limit()
-			rng := rand.New(rand.NewPCG(uint64(ai), uint64(pi)))
+			h := fnv.New64a()
+			h.Write([]byte(name)) // a seed per algorithm that adding another does not shift
+			rng := rand.New(rand.NewPCG(h.Sum64(), uint64(pi)))
 			interval := int64(p.rate.Period) / p.rate.N
 			var now int64
 			for i := 0; i < 300; i++ {

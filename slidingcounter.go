@@ -1,0 +1,247 @@
+package ratelimit
+
+import (
+	"math/bits"
+	"time"
+)
+
+// SlidingWindowCounter is a sliding window counter per key: it approximates
+// "at most L events in the last W", for a rate of L per W, with two counts
+// per key instead of a log of timestamps. Windows of length W are aligned to
+// the Unix epoch, as for FixedWindow. At an instant t that lies e
+// nanoseconds into its window, the previous window's count is weighted by
+// the share of it still inside the sliding window (t−W, t], (W−e)/W, as if
+// its events had been spread evenly, and n events are allowed iff
+//
+//	prev·(W−e) + (cur+n)·W <= L·W
+//
+// where cur counts the current window. The comparison is exact: integer
+// products in 128 bits, no floating point.
+//
+// The approximation lets through more than L events in some intervals of
+// length W when the previous window's events were bunched at its end, and
+// fewer when they were bunched at its start. In any interval of length W
+// it never lets through more than 2L − ⌈2L/W⌉ events (W counted in
+// nanoseconds; just under 2L for any practical W, and exactly L when W is
+// 1ns). The bound is reached when a window whose predecessor was empty
+// takes all L events in its last nanosecond, and the next window takes
+// L − ⌈2L/W⌉ more by the time 2ns before it ends: the interval (t−W, t]
+// ending there holds both bursts. A window that fills up early, on the
+// other hand, can keep the next one partly closed although the sliding
+// window holds fewer than L events.
+//
+// Reserve books the events at the earliest instant from now at which they
+// conform, counting everything booked before them, so bookings are served
+// in order. A booking in a later window closes the windows before it:
+// until that window opens, Allow fails. Cancel, before the booked time,
+// subtracts the n events from the count of the window they were booked in,
+// if the state still keeps it (the key's window or the one before it);
+// windows closed by a booking stay closed after it is cancelled. A booking
+// more than 36 years ahead is refused (the Reservation is not OK).
+//
+// The state per key is a window start and two counts, 24 bytes. A clock
+// that moves backwards never frees capacity: within a window an earlier
+// instant gives the previous window more weight, and before the key's
+// window everything conforms no earlier than its start. A key is at rest,
+// and may be dropped by the store without changing any decision at or after
+// that instant, once neither window it counts has weight left: its window
+// has begun and counts nothing (nor does the one before it), its window
+// has passed and counts nothing, or both windows have passed.
+//
+// Build it with NewSlidingWindowCounter. It is safe for concurrent use.
+// Most callers want Allow.
+type SlidingWindowCounter struct {
+	keyed[swcState, *swcAlgo]
+}
+
+// swcState is a key's window and the counts of it and of the window before.
+type swcState struct {
+	start int64 // start of the key's window, a multiple of W
+	prev  int64 // events counted in the window before it
+	cur   int64 // events counted in it, booked ones included
+}
+
+type swcAlgo struct {
+	limit  int64
+	window int64
+	// lwHi, lwLo is L·W in 128 bits.
+	lwHi, lwLo uint64
+}
+
+// NewSlidingWindowCounter returns a sliding window counter of rate.N
+// events per sliding window of rate.Period, per key. It returns an error
+// matching ErrInvalidRate if the rate's count or period is not positive, if
+// the count does not fit in an int, or if the period exceeds 36 years.
+func NewSlidingWindowCounter(rate Rate, opts ...Option) (*SlidingWindowCounter, error) {
+	limit, window, err := windowParams(rate)
+	if err != nil {
+		return nil, err
+	}
+	alg := &swcAlgo{limit: limit, window: window}
+	alg.lwHi, alg.lwLo = bits.Mul64(uint64(limit), uint64(window))
+	k, err := newKeyed[swcState](alg, int(limit), opts)
+	if err != nil {
+		return nil, err
+	}
+	return &SlidingWindowCounter{k}, nil
+}
+
+// Allow reports whether one event for key may happen now, and records it
+// if so. It does not allocate for a key already in the store.
+func (sc *SlidingWindowCounter) Allow(key string) bool {
+	now := sc.nc.now()
+	a := sc.alg
+	sh, s, fresh := sc.st.lock(key, now, true)
+	if fresh {
+		a.init(s, now)
+	}
+	start, prev, cur := a.current(s, now)
+	e := now - start
+	ok := e >= 0 && cur < a.limit && (prev == 0 || a.fits(prev, e, cur+1))
+	if ok {
+		*s = swcState{start: start, prev: prev, cur: cur + 1}
+	}
+	sh.mu.Unlock()
+	return ok
+}
+
+func (a *swcAlgo) init(s *swcState, now int64) { *s = swcState{start: windowStart(now, a.window)} }
+
+func (a *swcAlgo) atRest(s *swcState, now int64) bool {
+	e := now - s.start
+	return e >= 2*a.window || (e >= a.window && s.cur == 0) || (e >= 0 && s.cur == 0 && s.prev == 0)
+}
+
+// current returns the key's window and counts as seen at now: when the
+// window has passed, the next one takes its count as the previous one, and
+// when that has passed too, both count nothing. A window later than now (a
+// booking ahead, or a clock that went back) is kept.
+func (a *swcAlgo) current(s *swcState, now int64) (start, prev, cur int64) {
+	switch e := now - s.start; {
+	case e < a.window:
+		return s.start, s.prev, s.cur
+	case e < 2*a.window:
+		return s.start + a.window, s.cur, 0
+	default:
+		return windowStart(now, a.window), 0, 0
+	}
+}
+
+// fits reports whether prev·(W−e) + count·W <= L·W, for 0 <= e < W and
+// prev, count <= 2L.
+func (a *swcAlgo) fits(prev, e, count int64) bool {
+	h1, l1 := bits.Mul64(uint64(prev), uint64(a.window-e))
+	h2, l2 := bits.Mul64(uint64(count), uint64(a.window))
+	lo, c := bits.Add64(l1, l2, 0)
+	hi := h1 + h2 + c
+	return hi < a.lwHi || (hi == a.lwHi && lo <= a.lwLo)
+}
+
+// earliest returns the least e >= e0 such that prev·(W−e) + count·W <= L·W,
+// for count <= L; W if there is none below W.
+func (a *swcAlgo) earliest(prev, count, e0 int64) int64 {
+	if prev == 0 {
+		return e0
+	}
+	// prev·(W−e) <= (L−count)·W  ⟺  W−e <= ⌊(L−count)·W / prev⌋ = k.
+	hi, lo := bits.Mul64(uint64(a.limit-count), uint64(a.window))
+	if hi >= uint64(prev) {
+		return e0 // k >= 2⁶⁴ > W
+	}
+	k, _ := bits.Div64(hi, lo, uint64(prev))
+	if k >= uint64(a.window) {
+		return e0
+	}
+	return max(e0, a.window-int64(k))
+}
+
+func (a *swcAlgo) step(s *swcState, now, n, maxWait int64) (d Decision, act int64, ok bool) {
+	start, prev, cur := a.current(s, now)
+	d.Limit = int(a.limit)
+	if n == 0 {
+		d.Allowed = true
+		d.Remaining = a.remaining(start, prev, cur, now)
+		d.ResetAfter = a.resetAfter(start, prev, cur, now)
+		return d, now, true
+	}
+	// Before the key's window (a booking ahead, a clock gone back), look
+	// from its start.
+	e0 := max(now-start, 0)
+	var next swcState // the state once booked
+	found := false
+	if n <= a.limit-cur {
+		if e := a.earliest(prev, cur+n, e0); e < a.window {
+			next, act, found = swcState{start: start, prev: prev, cur: cur + n}, start+e, true
+		}
+	}
+	if !found {
+		// The next window, where this one's count is the previous one's;
+		// failing that the one after, where nothing has weight (n <= L).
+		if e := a.earliest(cur, n, 0); e < a.window {
+			next, act = swcState{start: start + a.window, prev: cur, cur: n}, start+a.window+e
+		} else {
+			next, act = swcState{start: start + 2*a.window, cur: n}, start+2*a.window
+		}
+	}
+	delay := act - now
+	if (maxWait >= 0 && delay > maxWait) || delay > maxSpan {
+		d.Remaining = a.remaining(start, prev, cur, now)
+		d.RetryAfter = durationNs(delay)
+		d.ResetAfter = a.resetAfter(start, prev, cur, now)
+		return d, act, false
+	}
+	*s = next
+	d.Allowed = delay == 0
+	if d.Allowed {
+		d.Remaining = a.remaining(next.start, next.prev, next.cur, now)
+	}
+	d.RetryAfter = durationNs(delay)
+	d.ResetAfter = a.resetAfter(next.start, next.prev, next.cur, now)
+	return d, act, true
+}
+
+// remaining is the most m such that m more events fit at now: the largest
+// m with prev·(W−e) + (cur+m)·W <= L·W, that is L − cur − ⌈prev·(W−e)/W⌉;
+// none before the window opens.
+func (a *swcAlgo) remaining(start, prev, cur, now int64) int {
+	e := now - start
+	if e < 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(prev), uint64(a.window-e))
+	q, r := bits.Div64(hi, lo, uint64(a.window)) // hi < W as prev <= L < 2⁶⁴
+	if r > 0 {
+		q++
+	}
+	return int(max(a.limit-cur-int64(q), 0))
+}
+
+// resetAfter is how long until a key with this window and counts is at
+// rest: until its window has passed if it counts anything, else until the
+// previous window's weight is gone, else until its window begins.
+func (a *swcAlgo) resetAfter(start, prev, cur, now int64) time.Duration {
+	switch {
+	case cur > 0:
+		return durationNs(start - now + 2*a.window)
+	case prev > 0:
+		return durationNs(start - now + a.window)
+	default:
+		return durationNs(start - now)
+	}
+}
+
+// unstep gives back n events booked to conform at act from the count of
+// their window, if the state still keeps it.
+func (a *swcAlgo) unstep(s *swcState, n, act, at int64) {
+	if at > act {
+		return // due: the events were spent
+	}
+	switch windowStart(act, a.window) {
+	case s.start:
+		s.cur -= min(n, s.cur)
+	case s.start - a.window:
+		s.prev -= min(n, s.prev)
+	}
+}
+
+var _ Limiter = (*SlidingWindowCounter)(nil)

@@ -1,0 +1,268 @@
+package ratelimit
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// maxLogLimit is the largest limit a SlidingLog accepts: its log takes 8
+// bytes per event of the limit for every key.
+const maxLogLimit = 1 << 20
+
+// SlidingLog is a sliding log per key: exact, it lets through at most L
+// events in every interval of length W, for a rate of L per W, whatever the
+// arrival pattern. Each key logs the instants of its recent events; n events
+// at t are allowed iff at most L−n events were allowed in (t−W, t].
+//
+// Reserve books the events at the earliest instant from now at which the
+// window has room for them, counting everything booked before them; the
+// instants of a key's events never decrease, so bookings are served first
+// come first served and, while one is pending, Allow fails. Cancel, before
+// the booked time, removes the booked instants from the log. Making room
+// for a booking may have dropped older instants from the log, those that
+// would have left the window by the booked time; they do not come back, and
+// until they would have left the window the key stays closed, so a Cancel
+// never gives back more than was booked. A booking more than 36 years
+// ahead is refused (the Reservation is not OK).
+//
+// Memory is O(L) per key: the log is a ring of L instants, 8·L bytes,
+// allocated once when the key is created, plus a 40-byte header; no call
+// allocates after that. L may be at most 1,048,576 (8 MiB per key); for
+// large limits SlidingWindowCounter needs O(1) memory. A clock that moves
+// backwards never frees capacity: before the newest logged instant, or
+// before an instant dropped from the log has left the window, nothing
+// conforms. A key is at rest, and may be dropped by the store without
+// changing any decision at or after that instant, once every logged
+// instant has left the window (t−W, t] and nothing is booked ahead.
+//
+// Build it with NewSlidingLog. It is safe for concurrent use. Most callers
+// want Allow.
+type SlidingLog struct {
+	keyed[slState, *slAlgo]
+}
+
+// slState is a key's log: a ring of the instants of its events in
+// non-decreasing order, oldest first.
+type slState struct {
+	ring  []int64 // len L once the key has logged an event; nil before
+	head  int32   // ring index of the oldest instant
+	n     int32   // instants held
+	floor int64   // nothing conforms before floor: the newest dropped instant plus W
+}
+
+type slAlgo struct {
+	limit  int64
+	window int64
+}
+
+// NewSlidingLog returns a sliding log of rate.N events per sliding window
+// of rate.Period, per key. It returns an error matching ErrInvalidRate if
+// the rate's count or period is not positive, if the count exceeds
+// 1,048,576, or if the period exceeds 36 years.
+func NewSlidingLog(rate Rate, opts ...Option) (*SlidingLog, error) {
+	limit, window, err := windowParams(rate)
+	if err != nil {
+		return nil, err
+	}
+	if limit > maxLogLimit {
+		return nil, fmt.Errorf("%w: a sliding log of %d events would take %d bytes per key; the limit is %d (use SlidingWindowCounter)",
+			ErrInvalidRate, limit, 8*limit, maxLogLimit)
+	}
+	alg := &slAlgo{limit: limit, window: window}
+	k, err := newKeyed[slState](alg, int(limit), opts)
+	if err != nil {
+		return nil, err
+	}
+	return &SlidingLog{k}, nil
+}
+
+// Allow reports whether one event for key may happen now, and records it
+// if so. It does not allocate for a key already in the store.
+func (sl *SlidingLog) Allow(key string) bool {
+	now := sl.nc.now()
+	a := sl.alg
+	sh, s, fresh := sl.st.lock(key, now, true)
+	if fresh {
+		a.init(s, now)
+	}
+	ok := s.from(now) == now
+	if ok {
+		// Instants at or before now−W have left the window.
+		var k int32
+		for k < s.n && s.at(k) <= now-a.window {
+			k++
+		}
+		ok = int64(s.n-k) < a.limit
+		if ok {
+			if s.ring == nil {
+				s.ring = make([]int64, a.limit)
+			}
+			a.drop(s, k)
+			s.push(now, 1)
+		}
+	}
+	sh.mu.Unlock()
+	return ok
+}
+
+func (a *slAlgo) init(s *slState, now int64) { *s = slState{floor: math.MinInt64} }
+
+func (a *slAlgo) atRest(s *slState, now int64) bool {
+	return s.floor <= now && (s.n == 0 || s.at(s.n-1) <= now-a.window)
+}
+
+// at returns the i-th oldest instant of the log, 0 <= i < s.n.
+func (s *slState) at(i int32) int64 {
+	j := s.head + i
+	if j >= int32(len(s.ring)) {
+		j -= int32(len(s.ring))
+	}
+	return s.ring[j]
+}
+
+// from returns the earliest instant at which a new event may conform: not
+// before now, the newest logged instant, or floor.
+func (s *slState) from(now int64) int64 {
+	t := max(now, s.floor)
+	if s.n > 0 {
+		t = max(t, s.at(s.n-1))
+	}
+	return t
+}
+
+// push appends k copies of t, which is not before the newest instant; the
+// ring has room for them.
+func (s *slState) push(t int64, k int32) {
+	size := int32(len(s.ring))
+	j := s.head + s.n
+	if j >= size {
+		j -= size
+	}
+	for range k {
+		s.ring[j] = t
+		if j++; j == size {
+			j = 0
+		}
+	}
+	s.n += k
+}
+
+// drop removes the k oldest instants and raises floor to when the newest
+// of them leaves the window.
+func (a *slAlgo) drop(s *slState, k int32) {
+	if k == 0 {
+		return
+	}
+	s.floor = max(s.floor, s.at(k-1)+a.window)
+	s.head += k
+	if size := int32(len(s.ring)); s.head >= size {
+		s.head -= size
+	}
+	s.n -= k
+}
+
+// after returns the index of the oldest instant later than t; s.n if none.
+func (s *slState) after(t int64) int32 {
+	lo, hi := int32(0), s.n
+	for lo < hi {
+		mid := int32(uint32(lo+hi) >> 1)
+		if s.at(mid) <= t {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+func (a *slAlgo) step(s *slState, now, n, maxWait int64) (d Decision, act int64, ok bool) {
+	d.Limit = int(a.limit)
+	from := s.from(now)
+	if n == 0 {
+		d.Allowed = true
+		d.Remaining = a.remaining(s, now, from)
+		d.ResetAfter = a.resetAfter(s, now)
+		return d, now, true
+	}
+	// The window (t−W, t] has room for n iff at most L−n logged instants
+	// are later than t−W, that is iff the (L−n+1)-th newest is at or before
+	// t−W: t is at least that instant plus W.
+	act = from
+	if j := int64(s.n) - (a.limit - n) - 1; j >= 0 {
+		act = max(act, s.at(int32(j))+a.window)
+	}
+	delay := act - now
+	if (maxWait >= 0 && delay > maxWait) || delay > maxSpan {
+		d.Remaining = a.remaining(s, now, from)
+		d.RetryAfter = durationNs(delay)
+		d.ResetAfter = a.resetAfter(s, now)
+		return d, act, false
+	}
+	if s.ring == nil {
+		s.ring = make([]int64, a.limit)
+	}
+	// Drop the instants that have left the window at now, then as many of
+	// the oldest as the booking needs room for: all are at or before act−W.
+	a.drop(s, s.after(now-a.window))
+	if over := int64(s.n) + n - a.limit; over > 0 {
+		a.drop(s, int32(over))
+	}
+	s.push(act, int32(n))
+	d.Allowed = delay == 0
+	if d.Allowed {
+		d.Remaining = int(a.limit - int64(s.n))
+	}
+	d.RetryAfter = durationNs(delay)
+	d.ResetAfter = durationNs(act - now + a.window)
+	return d, act, true
+}
+
+// remaining is how many events the window (now−W, now] has room for;
+// none if nothing conforms at now.
+func (a *slAlgo) remaining(s *slState, now, from int64) int {
+	if from > now {
+		return 0
+	}
+	return int(a.limit - int64(s.n-s.after(now-a.window)))
+}
+
+// resetAfter is how long until every logged instant has left the window
+// and floor has passed.
+func (a *slAlgo) resetAfter(s *slState, now int64) time.Duration {
+	t := s.floor
+	if s.n > 0 {
+		t = max(t, s.at(s.n-1)+a.window)
+	}
+	if t <= now {
+		return 0 // also when floor is still its initial math.MinInt64
+	}
+	return durationNs(t - now)
+}
+
+// unstep removes n instants equal to act, the booking's, from the log, if
+// it is not yet due. Instants dropped since to make room for a later
+// booking are gone already.
+func (a *slAlgo) unstep(s *slState, n, act, at int64) {
+	if at > act || s.n == 0 {
+		return
+	}
+	// The instants equal to act are [i, j); remove the last m of them and
+	// shift the later ones back.
+	i, j := s.after(act-1), s.after(act)
+	m := min(int32(n), j-i)
+	if m == 0 {
+		return
+	}
+	size := int32(len(s.ring))
+	for k := j; k < s.n; k++ {
+		dst := s.head + k - m
+		if dst >= size {
+			dst -= size
+		}
+		s.ring[dst] = s.at(k)
+	}
+	s.n -= m
+}
+
+var _ Limiter = (*SlidingLog)(nil)
