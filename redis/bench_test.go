@@ -6,12 +6,14 @@ import (
 	"testing"
 
 	"github.com/ratelimitkit/ratelimit"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // Benchmarks against the local redis-server (loopback), in decisions per
-// second, serial (one caller, so one round trip at a time) and parallel
-// (GOMAXPROCS×4 callers sharing the client's pool). The baseline is a bare
-// PING: the floor any decision pays for its round trip.
+// second, serial (one caller, so one round trip at a time), parallel
+// (GOMAXPROCS×4 callers sharing the client's pool) and with a client per
+// caller (BenchmarkReplicas). The baseline is a bare PING: the floor any
+// decision pays for its round trip.
 //
 //	go test -run '^$' -bench . -benchtime 200ms ./redis
 
@@ -99,6 +101,31 @@ func BenchmarkAlgorithms(b *testing.B) {
 			benchLimiter(b, lim)
 		})
 	}
+}
+
+// BenchmarkReplicas: GOMAXPROCS×4 callers, each with a client and a
+// limiter of its own, as as many service replicas sharing one Redis.
+func BenchmarkReplicas(b *testing.B) {
+	addr := redisAddr(b)
+	prefix := testPrefix(b)
+	b.ReportAllocs()
+	b.SetParallelism(4)
+	var next atomic.Uint64
+	b.RunParallel(func(pb *testing.PB) {
+		c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		defer c.Close()
+		lim, err := NewTokenBucket(c, ratelimit.PerSecond(1_000_000), 1000, WithPrefix(prefix), WithFailurePolicy(FailClosed))
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		i := next.Add(1) * 7919
+		for pb.Next() {
+			lim.Allow(benchKeys[i&1023])
+			i++
+		}
+	})
+	reportRate(b)
 }
 
 // BenchmarkTokenBucket compares the direct path with the helper goroutine

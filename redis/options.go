@@ -25,6 +25,7 @@ const (
 	FailClosed
 )
 
+// String returns the policy's name, as in Go source.
 func (p FailurePolicy) String() string {
 	switch p {
 	case FailLocal:
