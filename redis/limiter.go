@@ -81,7 +81,7 @@ type limiter struct {
 
 func newLimiter(client Client, src string, suffix []string, limit int, alg algorithm, cfg config,
 	newLocal func(opts ...ratelimit.Option) (ratelimit.Limiter, error)) (limiter, error) {
-	if client == nil {
+	if isNil(client) {
 		return limiter{}, fmt.Errorf("%w: nil redis client", ratelimit.ErrInvalidOption)
 	}
 	l := limiter{
@@ -94,7 +94,7 @@ func newLimiter(client Client, src string, suffix []string, limit int, alg algor
 		cfg:    cfg,
 	}
 	if cfg.policy == FailLocal {
-		opts := append([]ratelimit.Option{ratelimit.WithClock(cfg.clock)}, cfg.localOpts...)
+		opts := append(cfg.localOpts[:len(cfg.localOpts):len(cfg.localOpts)], ratelimit.WithClock(cfg.clock))
 		local, err := newLocal(opts...)
 		if err != nil {
 			return limiter{}, err
@@ -105,6 +105,21 @@ func newLimiter(client Client, src string, suffix []string, limit int, alg algor
 		l.deny = newDenyCache(cfg.denyKeys)
 	}
 	return l, nil
+}
+
+// isNil reports whether c is nil or a nil pointer of a go-redis client.
+func isNil(c Client) bool {
+	switch c := c.(type) {
+	case nil:
+		return true
+	case *goredis.Client:
+		return c == nil
+	case *goredis.ClusterClient:
+		return c == nil
+	case *goredis.Ring:
+		return c == nil
+	}
+	return false
 }
 
 // honoursContext reports whether c bounds its socket I/O by the context's

@@ -111,6 +111,13 @@ func TestInvalidInput(t *testing.T) {
 	if _, err := NewTokenBucket(nil, ratelimit.PerSecond(1), 1); !errors.Is(err, ratelimit.ErrInvalidOption) {
 		t.Errorf("nil client: %v", err)
 	}
+	if _, err := NewTokenBucket((*goredis.Client)(nil), ratelimit.PerSecond(1), 1); !errors.Is(err, ratelimit.ErrInvalidOption) {
+		t.Errorf("nil *goredis.Client: %v", err)
+	}
+	// The FailLocal limiter's options are checked too.
+	if _, err := NewTokenBucket(c, ratelimit.PerSecond(1), 1, WithLocalOptions(ratelimit.WithShards(3))); !errors.Is(err, ratelimit.ErrInvalidOption) {
+		t.Errorf("bad local option: %v", err)
+	}
 	if _, err := NewTokenBucket(c, ratelimit.PerDay(35), 35); err != nil {
 		t.Errorf("35 days: %v", err)
 	}
@@ -444,6 +451,46 @@ func TestTTLAllAlgorithms(t *testing.T) {
 			if pttl > d.ResetAfter+time.Millisecond+elapsed.Round(time.Millisecond)+time.Millisecond {
 				t.Errorf("%s: key %q has PTTL %v, but is at rest in %v", ac.name, k, pttl, d.ResetAfter)
 			}
+		}
+	}
+}
+
+// TestNoDrift books 3000 events one by one at 3 per second on a frozen
+// clock: the k-th is due exactly ⌈k/3 s⌉ after the first, to the
+// nanosecond, however many fractions of a nanosecond have accumulated in
+// Redis.
+func TestNoDrift(t *testing.T) {
+	c := newClient(t, redisAddr(t), true)
+	for _, alg := range []string{"TokenBucket", "LeakyBucket"} {
+		mc := ratelimit.NewManualClock(start)
+		opts := []Option{WithPrefix(testPrefix(t) + alg), WithClock(mc), withClockTime(60_000)}
+		const events = 3000
+		var lim ratelimit.Limiter
+		var err error
+		capacity := 1
+		if alg == "TokenBucket" {
+			lim, err = NewTokenBucket(c, ratelimit.PerSecond(3), capacity, opts...)
+		} else {
+			capacity = events // a queue that holds every booking
+			lim, err = NewLeakyBucket(c, ratelimit.PerSecond(3), capacity, opts...)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := int64(0); k < events; k++ {
+			r, err := lim.Reserve(bg, "k", 1)
+			if err != nil || !r.OK() {
+				t.Fatalf("%s: Reserve #%d: %v", alg, k, err)
+			}
+			want := start.Add(time.Duration((k*1e9 + 2) / 3)) // ⌈k·10⁹/3⌉ ns
+			if got := r.TimeToAct(); !got.Equal(want) {
+				t.Fatalf("%s: event %d due at +%v, want +%v", alg, k, got.Sub(start), want.Sub(start))
+			}
+		}
+		// When the last booking's slot has passed, the key is at rest.
+		mc.Set(start.Add(events * time.Second / 3))
+		if d, _ := lim.AllowN(bg, "k", 0); d.Remaining != capacity || d.ResetAfter != 0 {
+			t.Errorf("%s: after %d events at 3/s: %+v", alg, events, d)
 		}
 	}
 }
