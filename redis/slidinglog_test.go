@@ -26,6 +26,7 @@ func init() {
 		slidingLogCase(ratelimit.Per(3, 1500*time.Millisecond)),
 		slidingLogCase(ratelimit.Per(1, 7*time.Nanosecond)),
 		slidingLogCase(ratelimit.Per(40, 24*time.Hour+1)),
+		slidingLogCase(ratelimit.Per(2500, time.Minute)), // pushes of more than 1000 instants
 	)
 	vectorAlgorithms["slidinglog"] = func(v *vectorFile, c Client, opts ...Option) (ratelimit.Limiter, error) {
 		return NewSlidingLog(c, ratelimit.Per(v.Rate.N, time.Duration(v.Rate.PeriodNs)), opts...)
