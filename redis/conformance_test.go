@@ -77,14 +77,13 @@ func conformanceCases() []algoCase {
 	}, extraCases...)
 }
 
-// pairFor builds the two limiters of c on clock mc.
-func pairFor(t *testing.T, c algoCase, mc *ratelimit.ManualClock) (core, rds ratelimit.Limiter) {
+// pairFor builds the two limiters of c on clock mc, the Redis one on client.
+func pairFor(t *testing.T, c algoCase, mc *ratelimit.ManualClock, client Client) (core, rds ratelimit.Limiter) {
 	t.Helper()
 	core, err := c.core(mc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := newClient(t, redisAddr(t), true)
 	rds, err = c.redis(client, WithClock(mc), WithPrefix(testPrefix(t)), withClockTime(60_000),
 		WithTimeout(5*time.Second), WithOnError(func(key string, err error) { t.Errorf("redis error for %q: %v", key, err) }))
 	if err != nil {
@@ -94,11 +93,12 @@ func pairFor(t *testing.T, c algoCase, mc *ratelimit.ManualClock) (core, rds rat
 }
 
 func TestConformanceRandomTraces(t *testing.T) {
+	client := newClient(t, redisAddr(t), true)
 	for _, c := range conformanceCases() {
 		t.Run(c.name, func(t *testing.T) {
 			for seed := range uint64(3) {
 				mc := ratelimit.NewManualClock(start)
-				core, rds := pairFor(t, c, mc)
+				core, rds := pairFor(t, c, mc, client)
 				runTrace(t, c, mc, core, rds, seed, 500)
 			}
 		})

@@ -79,7 +79,8 @@ func ownServer(t testing.TB) *testServer {
 
 // testServer is a redis-server process on loopback.
 type testServer struct {
-	port int
+	port  int
+	extra []string // more redis-server arguments
 	addr string
 	dir  string
 	cmd  *exec.Cmd
@@ -88,7 +89,7 @@ type testServer struct {
 
 // startServer starts redis-server on port (0: a free one) and waits until
 // it answers PING.
-func startServer(port int) (*testServer, error) {
+func startServer(port int, extra ...string) (*testServer, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, fmt.Errorf("no redis-server binary in PATH")
@@ -105,7 +106,7 @@ func startServer(port int) (*testServer, error) {
 				return nil, err
 			}
 		}
-		s := &testServer{port: p, addr: "127.0.0.1:" + strconv.Itoa(p), dir: dir}
+		s := &testServer{port: p, addr: "127.0.0.1:" + strconv.Itoa(p), dir: dir, extra: extra}
 		if lastErr = s.start(bin); lastErr == nil {
 			return s, nil
 		}
@@ -128,8 +129,9 @@ func freePort() (int, error) {
 
 func (s *testServer) start(bin string) error {
 	s.out = new(bytes.Buffer)
-	s.cmd = exec.Command(bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir, "--daemonize", "no")
+	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir, "--daemonize", "no"}, s.extra...)
+	s.cmd = exec.Command(bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	if err := s.cmd.Start(); err != nil {
 		return err
