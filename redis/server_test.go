@@ -81,10 +81,10 @@ func ownServer(t testing.TB) *testServer {
 type testServer struct {
 	port  int
 	extra []string // more redis-server arguments
-	addr string
-	dir  string
-	cmd  *exec.Cmd
-	out  *bytes.Buffer
+	addr  string
+	dir   string
+	cmd   *exec.Cmd
+	out   *bytes.Buffer
 }
 
 // startServer starts redis-server on port (0: a free one) and waits until
