@@ -2,8 +2,10 @@
 // instance of a service shares one limit per key: TokenBucket, LeakyBucket,
 // FixedWindow, SlidingLog and SlidingWindowCounter, each a
 // ratelimit.Limiter whose decisions are those of the in-memory type of the
-// same name, to the nanosecond. It is a module of its own, so that users of
-// the core never download a Redis client.
+// same name, to the nanosecond; and Bulkhead, at most n calls in flight
+// per key across instances, with leases that expire when a holder dies. It
+// is a module of its own, so that users of the core never download a Redis
+// client.
 //
 // The package is named redis, like the go-redis client it takes; import one
 // of them under another name:
@@ -66,7 +68,8 @@
 // # Keys and Redis Cluster
 //
 // A user key k is stored under prefix + "{" + k + "}" + a suffix naming the
-// algorithm (":tb", ":lb", ":fw", ":sl" and ":slf", ":swc"). The braces make
+// algorithm (":tb", ":lb", ":fw", ":sl" and ":slf", ":swc"; ":bh" for
+// Bulkhead). The braces make
 // k the Redis Cluster hash tag, so all the keys of one decision (the sliding
 // log has two) are in one slot, and the scripts work on a cluster. A key
 // that is empty or holds '{', '}' or '\' is escaped ('\' as `\\`, '{' as

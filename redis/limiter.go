@@ -65,34 +65,45 @@ func parseReply(v any) (*reply, error) {
 		retry: ns[4], reset: ns[5], actRel: ns[6], actAbs: act}, nil
 }
 
-// limiter is the machinery every algorithm type shares: it implements
-// ratelimit.Limiter over one script.
-type limiter struct {
+// caller runs one script on a key's Redis keys, within the call timeout.
+type caller struct {
 	client Client
 	direct bool // the client bounds its I/O by the context's deadline
 	script *goredis.Script
-	alg    algorithm
-	suffix []string // of each Redis key of a decision: KEYS[1], KEYS[2], ...
-	limit  int
+	suffix []string // of each Redis key of a call: KEYS[1], KEYS[2], ...
 	cfg    config
-	local  ratelimit.Limiter // FailLocal only
-	deny   *denyCache        // nil: off
+}
+
+func newCaller(client Client, src string, suffix []string, cfg config) (caller, error) {
+	if isNil(client) {
+		return caller{}, fmt.Errorf("%w: nil redis client", ratelimit.ErrInvalidOption)
+	}
+	return caller{
+		client: client,
+		direct: honoursContext(client),
+		script: goredis.NewScript(luaPrelude + src),
+		suffix: suffix,
+		cfg:    cfg,
+	}, nil
+}
+
+// limiter is the machinery every algorithm type shares: it implements
+// ratelimit.Limiter over one script.
+type limiter struct {
+	caller
+	alg   algorithm
+	limit int
+	local ratelimit.Limiter // FailLocal only
+	deny  *denyCache        // nil: off
 }
 
 func newLimiter(client Client, src string, suffix []string, limit int, alg algorithm, cfg config,
 	newLocal func(opts ...ratelimit.Option) (ratelimit.Limiter, error)) (limiter, error) {
-	if isNil(client) {
-		return limiter{}, fmt.Errorf("%w: nil redis client", ratelimit.ErrInvalidOption)
+	c, err := newCaller(client, src, suffix, cfg)
+	if err != nil {
+		return limiter{}, err
 	}
-	l := limiter{
-		client: client,
-		direct: honoursContext(client),
-		script: goredis.NewScript(luaPrelude + src),
-		alg:    alg,
-		suffix: suffix,
-		limit:  limit,
-		cfg:    cfg,
-	}
+	l := limiter{caller: c, alg: alg, limit: limit}
 	if cfg.policy == FailLocal {
 		opts := append(cfg.localOpts[:len(cfg.localOpts):len(cfg.localOpts)], ratelimit.WithClock(cfg.clock))
 		local, err := newLocal(opts...)
@@ -340,7 +351,7 @@ func (l *limiter) unstep(key string, n int, booked string, at time.Time) {
 // goroutine and eval returns at the timeout all the same; the call then
 // completes or fails in the background, bounded by the client's own
 // timeouts. A call that timed out may still have been applied by Redis.
-func (l *limiter) eval(ctx context.Context, key string, args []any) (any, error) {
+func (l *caller) eval(ctx context.Context, key string, args []any) (any, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	defer cancel()
 	keys := make([]string, len(l.suffix))
@@ -368,7 +379,7 @@ func (l *limiter) eval(ctx context.Context, key string, args []any) (any, error)
 }
 
 // fail reports a failed call to the OnError hook.
-func (l *limiter) fail(key string, err error) {
+func (l *caller) fail(key string, err error) {
 	if l.cfg.onError != nil {
 		l.cfg.onError(key, fmt.Errorf("%w: %w", ErrUnavailable, err))
 	}

@@ -50,6 +50,7 @@ type config struct {
 	clock     ratelimit.Clock    // default: ratelimit.SystemClock()
 	localOpts []ratelimit.Option // default: a cap of defaultLocalKeys
 	denyKeys  int                // default: 0, no deny-cache
+	poll      time.Duration      // default: 10 ms (Bulkhead only)
 
 	// Test only: pass the clock's time to the scripts instead of using
 	// the server's TIME, and pad TTLs by this many milliseconds (the
@@ -62,6 +63,7 @@ const (
 	defaultPrefix    = "ratelimit:"
 	defaultTimeout   = 100 * time.Millisecond
 	defaultLocalKeys = 1 << 16
+	defaultPoll      = 10 * time.Millisecond
 )
 
 func newConfig(opts []Option) (config, error) {
@@ -71,6 +73,7 @@ func newConfig(opts []Option) (config, error) {
 		policy:    FailLocal,
 		clock:     ratelimit.SystemClock(),
 		localOpts: []ratelimit.Option{ratelimit.WithMaxKeys(defaultLocalKeys)},
+		poll:      defaultPoll,
 	}
 	for _, o := range opts {
 		o(&c)
@@ -84,6 +87,8 @@ func newConfig(opts []Option) (config, error) {
 		return c, fmt.Errorf("%w: nil clock", ratelimit.ErrInvalidOption)
 	case c.denyKeys < 0:
 		return c, fmt.Errorf("%w: deny-cache size must not be negative, got %d", ratelimit.ErrInvalidOption, c.denyKeys)
+	case c.poll <= 0:
+		return c, fmt.Errorf("%w: poll interval must be positive, got %v", ratelimit.ErrInvalidOption, c.poll)
 	}
 	return c, nil
 }
@@ -140,6 +145,10 @@ func WithLocalOptions(opts ...ratelimit.Option) Option {
 // ask Redis. When the cache is full, new denials are not cached until
 // entries expire.
 func WithDenyCache(size int) Option { return func(c *config) { c.denyKeys = size } }
+
+// WithPollInterval sets how often Bulkhead.Acquire asks Redis again while
+// the key is full (default 10 ms). The limiters ignore it.
+func WithPollInterval(d time.Duration) Option { return func(c *config) { c.poll = d } }
 
 // withClockTime makes the scripts read the limiter's clock, passed with
 // each call, instead of the server's TIME. It is test only: it lets the
