@@ -37,8 +37,9 @@ var ErrLeaseLost = errors.New("ratelimit: bulkhead lease lost")
 // follow the failure policy: FailOpen grants a lease that holds nothing,
 // FailClosed refuses with an error matching ErrUnavailable, and FailLocal
 // (the default) takes a place in a ratelimit.KeyedBulkhead of the same
-// limit kept by this instance. Options about decisions (WithDenyCache,
-// WithLocalOptions) do not apply.
+// limit kept by this instance. A TryAcquire that times out after Redis
+// granted the lease leaves that lease to expire on its own. Options about
+// decisions (WithDenyCache, WithLocalOptions) do not apply.
 //
 // Build it with NewBulkhead. It is safe for concurrent use. Most callers
 // want Do.
