@@ -25,6 +25,9 @@ import (
 // RATELIMIT_REQUIRE_REDIS=1 (set by CI), which makes that a failure.
 
 func TestMain(m *testing.M) {
+	// The failure tests stop Redis on purpose: keep go-redis's reports of
+	// failed dials out of the test output.
+	goredis.SetLogger(quietLogger{})
 	code := m.Run()
 	shared.mu.Lock()
 	if shared.srv != nil {
@@ -33,6 +36,10 @@ func TestMain(m *testing.M) {
 	shared.mu.Unlock()
 	os.Exit(code)
 }
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
 
 var shared struct {
 	mu  sync.Mutex
