@@ -246,24 +246,30 @@ local id, lease, limit = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
 local now_ms = now_s * 1000 + math.floor(now_ns / 1000000)
 local until_ms = now_s * 1000 + math.ceil(now_ns / 1000000) + lease
 redis.call('ZREMRANGEBYSCORE', key, '-inf', now_ms)
-local function expire()
-  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if last[2] then redis.call('PEXPIRE', key, tonumber(last[2]) - now_ms + pad) end
+-- last sets the key to expire with its last lease.
+local function last()
+  local l = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if not l[2] then return end
+  if ARGV[2] == '' then
+    redis.call('PEXPIREAT', key, tonumber(l[2]))
+  else
+    redis.call('PEXPIRE', key, tonumber(l[2]) - now_ms + pad)
+  end
 end
 local held = redis.call('ZCARD', key)
 if op == 'a' then
   if held >= limit then return {0, held} end
   redis.call('ZADD', key, until_ms, id)
-  expire()
+  last()
   return {1, held + 1}
 elseif op == 'r' then
   local r = redis.call('ZREM', key, id)
-  expire()
+  last()
   return {r, held - r}
 elseif op == 'e' then
   if not redis.call('ZSCORE', key, id) then return {0, held} end
   redis.call('ZADD', key, 'XX', until_ms, id)
-  expire()
+  last()
   return {1, held}
 end
 return {held, held}

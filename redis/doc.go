@@ -77,7 +77,7 @@
 // Redis key and every tag is non-empty. Limiters with different parameters
 // must use different prefixes (WithPrefix; default "ratelimit:").
 //
-// Every key written carries a TTL ending within 1 ms after the key is at
+// Every key written carries a TTL ending at most 2 ms after the key is at
 // rest (back to its full allowance), so dropping it then changes no
 // decision; a key at rest is deleted rather than written, and a peek
 // (AllowN with n = 0) writes nothing.

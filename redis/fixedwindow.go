@@ -22,8 +22,8 @@ import (
 // reference: it may be off the server's by up to 50 days without changing
 // a decision (by much more, the call fails and the failure policy answers).
 //
-// The key holds "<window start, Unix ns> <count>", with a TTL ending within
-// 1 ms after the key is at rest (its window has passed, or it counts
+// The key holds "<window start, Unix ns> <count>", with a TTL ending at
+// most 2 ms after the key is at rest (its window has passed, or it counts
 // nothing and has begun).
 //
 // Limits beyond the in-memory type's: W at most 35 days, L at most 2^40,
@@ -100,7 +100,7 @@ local function put(s, k)
   end
   local rest = s + W
   if k == 0 then rest = s end
-  redis.call('SET', key, abs(s) .. ' ' .. k, 'PX', ttl(rest))
+  put_until(key, abs(s) .. ' ' .. k, rest)
 end
 
 if op == 'u' then

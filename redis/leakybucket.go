@@ -15,7 +15,7 @@ import (
 //
 // The key holds the end of the queue's last booked slot as
 // "<Unix ns> <numerator>" (an exact fraction of a nanosecond over the
-// rate's count), with a TTL ending within 1 ms after the queue is empty.
+// rate's count), with a TTL ending at most 2 ms after the queue is empty.
 //
 // Limits beyond the in-memory type's: capacity/rate at most 35 days and a
 // rate's count at most 2^52. A full queue already bounds how far ahead a
@@ -81,7 +81,7 @@ local function put(sn, sf)
   if le(sn, sf, 0, 0) then
     if v then redis.call('DEL', key) end
   else
-    redis.call('SET', key, abs(sn) .. ' ' .. sf, 'PX', ttl(ceil(sn, sf)))
+    put_until(key, abs(sn) .. ' ' .. sf, ceil(sn, sf))
   end
 end
 

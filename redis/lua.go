@@ -90,11 +90,24 @@ local function abs(r)
   return string.format('-%d%09d', s, m)
 end
 
--- ttl returns the PX of a key at rest r > 0 ns from now: the whole
--- milliseconds of r plus one, so the key outlives its last non-rest instant
--- by at most 1 ms, whatever the server's millisecond rounding.
-local function ttl(r)
-  return math.floor(r / 1000000) + 1 + pad
+-- expire makes key k expire once it is at rest, r > 0 ns from now. On the
+-- server's clock (TIME) the expiry is absolute: PEXPIREAT the millisecond
+-- after the one holding now + r. Redis drops a key once the server's
+-- millisecond clock reaches its expiry (at once, if the script has run
+-- that long), so never before rest and at most 2 ms after, however long
+-- the script took since TIME. On a clock passed by a test, it is relative:
+-- PEXPIRE the whole milliseconds of r plus one, plus the test's pad.
+local function expire(k, r)
+  if ARGV[2] == '' then
+    redis.call('PEXPIREAT', k, now_s * 1000 + math.floor((now_ns + r) / 1000000) + 1)
+  else
+    redis.call('PEXPIRE', k, math.floor(r / 1000000) + 1 + pad)
+  end
+end
+-- put sets key k to v, expiring once at rest, r > 0 ns from now.
+local function put_until(k, v, r)
+  redis.call('SET', k, v)
+  expire(k, r)
 end
 `
 

@@ -62,21 +62,44 @@ return out`, args...)
 			}
 		}
 	}
-	// ttl(r): the whole milliseconds of r plus one.
-	rs := []int64{1, 999_999, 1_000_000, 1_000_001, 2_999_999_999, 3_000_000_000, lim - 1, lim, 3_024_000_000_000_000}
-	var args []any
+	// expire(k, r) on the server's clock: PEXPIREAT the millisecond after
+	// the one holding now + r, read inside the script; the key may be gone
+	// already, if and only if the server's clock has reached that.
+	rs := []int64{1, 999_999, 1_000_000, 1_000_001, 2_999_999_999, 3_000_000_000, lim - 1, 3_024_000_000_000_000}
 	for _, r := range rs {
-		args = append(args, r)
-	}
-	v := evalHelpers(t, c, 0, "", `
-local out = {}
-for i = 6, #ARGV do out[#out + 1] = ttl(tonumber(ARGV[i])) end
-return out`, args...)
-	for i, r := range rs {
-		if got, want := v[i].(int64), r/1_000_000+1; got != want {
-			t.Errorf("ttl(%d) = %d, want %d", r, got, want)
+		v, err := c.Eval(bg, luaPrelude+`
+redis.call('SET', key, 'x')
+expire(key, tonumber(ARGV[6]))
+local t = redis.call('TIME')
+return {now_s, now_ns, redis.call('PEXPIRETIME', key), tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}`,
+			[]string{"rltest:lua:expire"}, "t", "", 0, 0, 0, r).Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := v[0].(int64)*1e9 + v[1].(int64)
+		at, want, after := v[2].(int64), (now+r)/1e6+1, v[3].(int64)
+		if at != want && (at != -2 || after < want) {
+			t.Errorf("expire(%d) at now %d: PEXPIRETIME %d (server at %d ms), want %d", r, now, at, after, want)
 		}
 	}
+	// On a test's clock: PEXPIRE the whole milliseconds of r plus one,
+	// plus the pad, from the server's time (its whole millisecond).
+	for _, r := range rs {
+		v, err := c.Eval(bg, luaPrelude+`
+redis.call('SET', key, 'x')
+expire(key, tonumber(ARGV[6]))
+local t = redis.call('TIME')
+return {tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), redis.call('PEXPIRETIME', key)}`,
+			[]string{"rltest:lua:expire"}, "t", "0", 7, 0, 0, r).Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ttl, want := v[1].(int64)-v[0].(int64), r/1e6+1+7
+		if ttl > want || ttl < want-1 {
+			t.Errorf("expire(%d) on a test clock: expires in %d ms, want %d", r, ttl, want)
+		}
+	}
+	c.Del(bg, "rltest:lua:expire")
 }
 
 func TestLuaAlign(t *testing.T) {

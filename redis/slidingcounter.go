@@ -21,7 +21,7 @@ import (
 // floating-point estimate corrected by exact comparisons.
 //
 // The key holds "<window start, Unix ns> <previous count> <count>", with a
-// TTL ending within 1 ms after the key is at rest (no window it counts has
+// TTL ending at most 2 ms after the key is at rest (no window it counts has
 // weight left).
 //
 // Limits beyond the in-memory type's: W at most 35 days, L at most 2^40,
@@ -129,7 +129,7 @@ local function put(s, p, c)
     if v then redis.call('DEL', key) end
     return
   end
-  redis.call('SET', key, abs(s) .. ' ' .. p .. ' ' .. c, 'PX', ttl(r))
+  put_until(key, abs(s) .. ' ' .. p .. ' ' .. c, r)
 end
 
 if op == 'u' then

@@ -18,7 +18,7 @@ import (
 // per event: memory O(L) per key, about 20 bytes an event), and the
 // instant before which nothing conforms (the newest instant dropped from
 // the log plus W). A decision reads O(log L) entries of the list; both keys
-// expire within 1 ms after the key is at rest (every instant has left the
+// expire at most 2 ms after the key is at rest (every instant has left the
 // window).
 //
 // Limits beyond the in-memory type's: W at most 35 days, and bookings
@@ -123,8 +123,8 @@ local function store()
     redis.call('DEL', key, fkey)
     return
   end
-  if N > 0 then redis.call('PEXPIRE', key, ttl(r)) end
-  if floor > NONE then redis.call('SET', fkey, abs(floor), 'PX', ttl(r)) end
+  if N > 0 then expire(key, r) end
+  if floor > NONE then put_until(fkey, abs(floor), r) end
 end
 -- drop removes the k oldest instants and raises floor to when the newest
 -- of them leaves the window.

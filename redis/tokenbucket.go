@@ -27,7 +27,7 @@ const (
 // arrival time (TAT) in integer nanoseconds plus an exact fraction.
 //
 // Each decision is one round trip running a Lua script. The key holds the
-// TAT as a string "<Unix ns> <numerator>" with a TTL ending within 1 ms
+// TAT as a string "<Unix ns> <numerator>" with a TTL ending at most 2 ms
 // after the bucket is full again (TAT <= now, the key at rest); a key at
 // rest is deleted, not written.
 //
@@ -154,7 +154,7 @@ local function put(sn, sf)
   if le(sn, sf, 0, 0) then
     if v then redis.call('DEL', key) end
   else
-    redis.call('SET', key, abs(sn) .. ' ' .. sf, 'PX', ttl(ceil(sn, sf)))
+    put_until(key, abs(sn) .. ' ' .. sf, ceil(sn, sf))
   end
 end
 
