@@ -100,7 +100,10 @@ func TestBehaviour(t *testing.T) {
 		{"EvictionAtCap", testEvictionAtCap},
 		{"InvalidConstructor", testInvalidConstructor},
 		{"BackwardsClock", testBackwardsClock},
-		{"BackwardsClockRandom", testBackwardsClockRandom},
+		{"BackwardsClockRandom", func(t *testing.T, alg algorithm) { testBackwardsClockRandom(t, alg, false) }},
+		{"BackwardsClockRandomSwept", func(t *testing.T, alg algorithm) { testBackwardsClockRandom(t, alg, true) }},
+		{"BackwardsClockAfterEviction", testBackwardsClockAfterEviction},
+		{"NoAllocations", testNoAllocations},
 	}
 	for _, alg := range algorithms {
 		t.Run(alg.name, func(t *testing.T) {
@@ -804,11 +807,49 @@ func testBackwardsClock(t *testing.T, alg algorithm) {
 	}
 }
 
+// testNoAllocations: Allow and AllowN on an existing key, and a peek at an
+// absent key, allocate nothing.
+func testNoAllocations(t *testing.T, alg algorithm) {
+	lim, _ := newSuiteLimiter(t, alg)
+	lim.Allow("k")
+	for name, f := range map[string]func(){
+		"Allow":        func() { lim.Allow("k") },
+		"AllowN":       func() { _, _ = lim.AllowN(bg, "k", 1) },
+		"peek absent":  func() { _, _ = lim.AllowN(bg, "absent", 0) },
+		"peek present": func() { _, _ = lim.AllowN(bg, "k", 0) },
+	} {
+		if n := testing.AllocsPerRun(100, f); n != 0 {
+			t.Errorf("%s: %v allocations per call", name, n)
+		}
+	}
+}
+
+// testBackwardsClockAfterEviction: a key dropped at rest, then seen at an
+// earlier instant (the clock went back), gets no more than if it had been
+// kept: here, nothing.
+func testBackwardsClockAfterEviction(t *testing.T, alg algorithm) {
+	lim, clk := newSuiteLimiter(t, alg)
+	makeBusy(t, alg, lim, "k")
+	clk.Set(suiteT0.Add(10 * suitePeriod))
+	lim.Sweep()
+	if s := lim.Stats(); s.Keys != 0 {
+		t.Fatalf("the key at rest was not dropped: %+v", s)
+	}
+	clk.Set(suiteT0.Add(1))
+	if lim.Allow("k") {
+		t.Fatal("the dropped key was allowed at an instant it had nothing left")
+	}
+	if d := suitePeek(t, lim, "k"); d.Remaining != 0 {
+		t.Fatalf("the dropped key has %d remaining at an instant it had nothing left", d.Remaining)
+	}
+}
+
 // testBackwardsClockRandom moves the clock back and forth at random within
-// half a period of t0. Remaining never grows when the clock steps back,
-// and no more events are allowed than the limit plus what a steadily
-// advancing clock would have refilled by the latest time reached.
-func testBackwardsClockRandom(t *testing.T, alg algorithm) {
+// half a period of t0, sweeping keys at rest before every step if sweep is
+// set. Remaining never grows when the clock steps back, and no more events
+// are allowed than the limit plus what a steadily advancing clock would
+// have refilled by the latest time reached.
+func testBackwardsClockRandom(t *testing.T, alg algorithm, sweep bool) {
 	for seed := uint64(1); seed <= 4; seed++ {
 		lim, clk := newSuiteLimiter(t, alg)
 		rng := rand.New(rand.NewPCG(seed, 17))
@@ -820,6 +861,9 @@ func testBackwardsClockRandom(t *testing.T, alg algorithm) {
 			back := at < clk.Now().Sub(suiteT0)
 			clk.Set(suiteT0.Add(at))
 			latest = max(latest, at)
+			if sweep {
+				lim.Sweep()
+			}
 			if d := suitePeek(t, lim, "k"); back && d.Remaining > prev.Remaining {
 				t.Fatalf("seed %d step %d: back to t0+%v: Remaining %d, was %d", seed, i, at, d.Remaining, prev.Remaining)
 			}

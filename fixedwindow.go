@@ -101,8 +101,8 @@ func windowStart(t, w int64) int64 {
 func (fw *FixedWindow) Allow(key string) bool {
 	now := fw.nc.now()
 	a := fw.alg
-	sh, s, fresh := fw.st.lock(key, now, true)
-	if fresh || now-s.start >= a.window { // new key, or its window has passed
+	sh, s, _ := fw.st.lock(key, now, true)
+	if now-s.start >= a.window { // its window has passed
 		s.start, s.count = windowStart(now, a.window), 0
 	}
 	ok := s.start <= now && s.count < a.limit

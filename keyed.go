@@ -8,7 +8,8 @@ import (
 // algo is an algorithm as the keyed store runs it: a pure step over a small
 // state S per key. None of its methods reads a clock; now is given.
 type algo[S any] interface {
-	// init sets up a key's state on first sight: at rest, full allowance.
+	// init sets up a key's state on first sight: at rest at now, with its
+	// full allowance from now on (not before, should the clock go back).
 	init(s *S, now int64)
 	// step decides n events at now. They are booked if they conform by
 	// now+maxWait (maxWait < 0: no bound; 0: now or never). n == 0 is a
@@ -40,7 +41,7 @@ func newKeyed[S any, A algo[S]](alg A, limit int, opts []Option) (keyed[S, A], e
 		return keyed[S, A]{}, err
 	}
 	k := keyed[S, A]{alg: alg, nc: newNanoClock(cfg.clock), limit: limit}
-	k.st = newStore(cfg, alg.atRest)
+	k.st = newStore(cfg, alg.init, alg.atRest)
 	if cfg.sweepInterval > 0 {
 		k.st.startSweeper(cfg.sweepInterval, &k.nc)
 	}
@@ -94,23 +95,10 @@ func (k *keyed[S, A]) Close() error {
 // Limit returns the most events the limiter allows a key at once.
 func (k *keyed[S, A]) Limit() int { return k.limit }
 
-// book implements booker; n has been validated.
+// book implements booker; n has been validated. A peek (n == 0) creates
+// no key: it steps a scratch state of the shard's.
 func (k *keyed[S, A]) book(key string, n int, now, maxWait int64) (Decision, int64, bool) {
-	if n == 0 {
-		sh, s, _ := k.st.lock(key, now, false)
-		if s == nil {
-			var zero S
-			s = &zero
-			k.alg.init(s, now)
-		}
-		d, act, ok := k.alg.step(s, now, 0, maxWait)
-		sh.mu.Unlock()
-		return d, act, ok
-	}
-	sh, s, fresh := k.st.lock(key, now, true)
-	if fresh {
-		k.alg.init(s, now)
-	}
+	sh, s, _ := k.st.lock(key, now, n > 0)
 	d, act, ok := k.alg.step(s, now, int64(n), maxWait)
 	sh.mu.Unlock()
 	return d, act, ok
@@ -118,8 +106,8 @@ func (k *keyed[S, A]) book(key string, n int, now, maxWait int64) (Decision, int
 
 // unbook implements booker.
 func (k *keyed[S, A]) unbook(key string, n int, act, at int64) {
-	sh, s, _ := k.st.lock(key, at, false)
-	if s != nil { // an evicted key has nothing booked to give back
+	sh, s, fresh := k.st.lock(key, at, false)
+	if !fresh { // an evicted key has nothing booked to give back
 		k.alg.unstep(s, int64(n), act, at)
 	}
 	sh.mu.Unlock()

@@ -118,8 +118,8 @@ func NewLeakyBucket(rate Rate, capacity int, opts ...Option) (*LeakyBucket, erro
 // in the store.
 func (lb *LeakyBucket) Allow(key string) bool {
 	now := lb.nc.now()
-	sh, s, fresh := lb.st.lock(key, now, true)
-	ok := fresh || s.end.notAfter(ftime{ns: now})
+	sh, s, _ := lb.st.lock(key, now, true)
+	ok := s.end.notAfter(ftime{ns: now})
 	if ok {
 		s.end = lb.alg.iv.add(ftime{ns: now}, 1)
 	}

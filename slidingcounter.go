@@ -91,10 +91,7 @@ func NewSlidingWindowCounter(rate Rate, opts ...Option) (*SlidingWindowCounter, 
 func (sc *SlidingWindowCounter) Allow(key string) bool {
 	now := sc.nc.now()
 	a := sc.alg
-	sh, s, fresh := sc.st.lock(key, now, true)
-	if fresh {
-		a.init(s, now)
-	}
+	sh, s, _ := sc.st.lock(key, now, true)
 	start, prev, cur := a.current(s, now)
 	e := now - start
 	ok := e >= 0 && cur < a.limit && (prev == 0 || a.fits(prev, e, cur+1))

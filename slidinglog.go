@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"fmt"
-	"math"
 	"time"
 )
 
@@ -82,10 +81,7 @@ func NewSlidingLog(rate Rate, opts ...Option) (*SlidingLog, error) {
 func (sl *SlidingLog) Allow(key string) bool {
 	now := sl.nc.now()
 	a := sl.alg
-	sh, s, fresh := sl.st.lock(key, now, true)
-	if fresh {
-		a.init(s, now)
-	}
+	sh, s, _ := sl.st.lock(key, now, true)
 	ok := s.from(now) == now
 	if ok {
 		// Instants at or before now−W have left the window.
@@ -106,7 +102,7 @@ func (sl *SlidingLog) Allow(key string) bool {
 	return ok
 }
 
-func (a *slAlgo) init(s *slState, now int64) { *s = slState{floor: math.MinInt64} }
+func (a *slAlgo) init(s *slState, now int64) { *s = slState{floor: now} }
 
 func (a *slAlgo) atRest(s *slState, now int64) bool {
 	return s.floor <= now && (s.n == 0 || s.at(s.n-1) <= now-a.window)
@@ -235,7 +231,7 @@ func (a *slAlgo) resetAfter(s *slState, now int64) time.Duration {
 		t = max(t, s.at(s.n-1)+a.window)
 	}
 	if t <= now {
-		return 0 // also when floor is still its initial math.MinInt64
+		return 0
 	}
 	return durationNs(t - now)
 }

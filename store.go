@@ -40,6 +40,7 @@ type store[S any] struct {
 	shardMask   uint64
 	perShardMax int // 0: no cap
 	maxKeys     int
+	init        func(s *S, now int64)
 	atRest      func(s *S, now int64) bool
 
 	closeOnce sync.Once
@@ -52,6 +53,8 @@ type shard[S any] struct {
 	slots  []slot[S] // len is 0 or a power of two
 	n      int       // keys held
 	tick   uint32    // access counter, for LRU
+	restAt int64     // the latest instant at which a key was dropped at rest
+	peek   S         // scratch state for peeking at an absent key
 	cursor int       // where the next eviction sample starts
 
 	inserts, evictedAtRest, evictedLRU uint64
@@ -72,7 +75,9 @@ const (
 	evictProbe = 32               // keys sampled when choosing a victim at the cap
 )
 
-func newStore[S any](cfg config, atRest func(s *S, now int64) bool) *store[S] {
+// newStore returns a store whose new keys are set up by init and whose
+// keys are dropped when atRest.
+func newStore[S any](cfg config, init func(s *S, now int64), atRest func(s *S, now int64) bool) *store[S] {
 	nshards := cfg.shards
 	perShard := 0
 	if cfg.maxKeys > 0 {
@@ -87,6 +92,7 @@ func newStore[S any](cfg config, atRest func(s *S, now int64) bool) *store[S] {
 		shardMask:   uint64(nshards - 1),
 		perShardMax: perShard,
 		maxKeys:     cfg.maxKeys,
+		init:        init,
 		atRest:      atRest,
 	}
 }
@@ -131,8 +137,15 @@ func (st *store[S]) hash(key string) (sh *shard[S], tag uint32) {
 
 // lock locks key's shard and returns it with a pointer to key's state,
 // valid until sh.mu.Unlock. If the key is absent and create is true, it is
-// inserted with a zero state and fresh is true (now decides which keys are
-// at rest if one must make room); if create is false, s is nil.
+// inserted, its state set up by init, and fresh is true (now also decides
+// which keys are at rest if one must make room); if create is false, s
+// points to a scratch state set up the same way, valid until the unlock,
+// which the caller may read and step but which is not stored.
+//
+// A new key's state is set up at now, or at the latest instant the shard
+// dropped a key at rest if that is later (a clock that went backwards):
+// a key dropped at rest and seen again earlier never gets more than it
+// would have had if it had been kept.
 func (st *store[S]) lock(key string, now int64, create bool) (sh *shard[S], s *S, fresh bool) {
 	sh, tag := st.hash(key)
 	sh.mu.Lock()
@@ -151,7 +164,10 @@ func (st *store[S]) lock(key string, now int64, create bool) (sh *shard[S], s *S
 		}
 	}
 	if !create {
-		return sh, nil, false
+		var zero S
+		sh.peek = zero
+		st.init(&sh.peek, max(now, sh.restAt))
+		return sh, &sh.peek, true
 	}
 	return sh, st.insert(sh, key, tag, now), true
 }
@@ -182,6 +198,7 @@ func (st *store[S]) insert(sh *shard[S], key string, tag uint32, now int64) *S {
 	sl.used = sh.tick
 	sh.n++
 	sh.inserts++
+	st.init(&sl.s, max(now, sh.restAt))
 	return &sl.s
 }
 
@@ -197,6 +214,7 @@ func (st *store[S]) sweepShard(sh *shard[S], now int64, all bool) {
 		if sl.tag != 0 && st.atRest(&sl.s, now) {
 			sh.deleteAt(j) // a later key may move here: look again
 			sh.evictedAtRest++
+			sh.restAt = max(sh.restAt, now)
 			continue
 		}
 		j++
@@ -221,6 +239,7 @@ func (st *store[S]) evictOne(sh *shard[S], now int64) {
 		if st.atRest(&sl.s, now) {
 			sh.deleteAt(i)
 			sh.evictedAtRest++
+			sh.restAt = max(sh.restAt, now)
 			return
 		}
 		if age := sh.tick - sl.used; victim < 0 || age > oldest {

@@ -14,13 +14,13 @@ type testState struct{ v int64 }
 
 func newTestStore(maxKeys, shards int) *store[testState] {
 	cfg := config{clock: SystemClock(), shards: shards, maxKeys: maxKeys}
-	return newStore(cfg, func(s *testState, now int64) bool { return s.v%2 == 0 })
+	return newStore(cfg, func(s *testState, now int64) {}, func(s *testState, now int64) bool { return s.v%2 == 0 })
 }
 
 func storeGet(st *store[testState], key string) (int64, bool) {
-	sh, s, _ := st.lock(key, 0, false)
+	sh, s, fresh := st.lock(key, 0, false)
 	defer sh.mu.Unlock()
-	if s == nil {
+	if fresh {
 		return 0, false
 	}
 	return s.v, true

@@ -86,9 +86,9 @@ func newTBAlgo(rate Rate, capacity int) (*tbAlgo, error) {
 func (tb *TokenBucket) Allow(key string) bool {
 	now := tb.nc.now()
 	a := tb.alg
-	sh, s, fresh := tb.st.lock(key, now, true)
+	sh, s, _ := tb.st.lock(key, now, true)
 	base := s.tat
-	if fresh || base.ns < now {
+	if base.ns < now {
 		base = ftime{ns: now}
 	}
 	next := a.iv.add(base, 1)
