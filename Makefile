@@ -2,7 +2,7 @@
 MODULES := $(shell find . -name go.mod -not -path './.git/*' -exec dirname {} \; | sort)
 GO ?= go
 
-.PHONY: demo test lint fmtcheck vet bench bench-profile fuzz
+.PHONY: demo test lint fmtcheck vet bench bench-redis bench-profile fuzz
 
 ## demo: show the limiters at work on a readable timeline.
 demo:
@@ -44,7 +44,7 @@ lint: vet
 ## The memory flood runs MEMCOUNT times (default 1: its bytes per key do not
 ## change from run to run) with -benchtime 1x, each run a whole flood.
 ## A subset: make bench BENCH='OneKey/path=allow' MEMBENCH=  (an empty
-## MEMBENCH skips the memory flood).
+## MEMBENCH skips the memory flood). BenchmarkRedis is left to make bench-redis.
 ## A CPU profile of one row: make bench-profile PROFILE='OneKey/path=allow/impl=ours-tokenbucket/run=serial'
 COUNT ?= 6
 BENCHTIME ?= 300ms
@@ -59,7 +59,7 @@ bench:
 	: > $(BENCHRAW)
 	for i in $$(seq $(COUNT)); do \
 		echo "== round $$i of $(COUNT)"; \
-		./benchmarks.test -test.run '^$$' -test.bench '$(BENCH)' -test.skip '^BenchmarkMemory$$' \
+		./benchmarks.test -test.run '^$$' -test.bench '$(BENCH)' -test.skip '^Benchmark(Memory|Redis)$$' \
 			-test.benchtime $(BENCHTIME) | tee -a $(BENCHRAW); \
 	done
 	if [ -n '$(MEMBENCH)' ]; then ./benchmarks.test -test.run '^$$' -test.bench '$(MEMBENCH)' \
@@ -68,6 +68,26 @@ bench:
 	cd benchmarks && $(GO) tool benchstat ../$(BENCHRAW)
 	@echo; echo "== ratios against x/time/rate, same run"
 	cd benchmarks && $(GO) run ./cmd/ratios ../$(BENCHRAW)
+
+## bench-redis: our Redis token bucket next to go-redis/redis_rate and a
+## bare PING, against a redis-server that the benchmark starts on a free
+## loopback port (or RATELIMIT_REDIS_ADDR), serial and parallel; COUNT
+## interleaved rounds of BENCHTIME each, raw output in BENCHREDISRAW, then a
+## benchstat summary with redis_rate as the base column. Not part of
+## `make bench`. About half a minute on an idle 2-core machine.
+BENCHREDISRAW ?= bench-redis.txt
+bench-redis: SHELL := /bin/bash
+bench-redis: .SHELLFLAGS := -e -o pipefail -c
+bench-redis:
+	cd benchmarks && $(GO) test -c -o ../benchmarks.test .
+	: > $(BENCHREDISRAW)
+	for i in $$(seq $(COUNT)); do \
+		echo "== round $$i of $(COUNT)"; \
+		./benchmarks.test -test.run '^$$' -test.bench '^BenchmarkRedis$$' \
+			-test.benchtime $(BENCHTIME) | tee -a $(BENCHREDISRAW); \
+	done
+	@echo; echo "== benchstat $(BENCHREDISRAW), base redis_rate"
+	cd benchmarks && $(GO) tool benchstat -col '/impl@(redis_rate ours-tokenbucket ping)' ../$(BENCHREDISRAW)
 
 PROFILE ?= OneKey/path=allow/impl=ours-tokenbucket/run=serial
 bench-profile:

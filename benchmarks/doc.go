@@ -21,4 +21,7 @@
 //     is still held after the keys go idle (time moved past their refill
 //     where the implementation takes a clock). Run it with -benchtime 1x.
 //   - BenchmarkBulkhead: TryAcquire+Release of a concurrency limit.
+//   - BenchmarkRedis (redis_test.go, run by `make bench-redis`, not by
+//     `make bench`): our Redis token bucket next to go-redis/redis_rate and
+//     a bare PING, in decisions per second against a local redis-server.
 package benchmarks
