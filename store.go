@@ -59,6 +59,7 @@ type store[S any] struct {
 	perShardMax int // 0: no cap
 	maxKeys     int
 	arenaMax    uint64 // the most key bytes a shard's arena holds: maxArena but in tests
+	maxKeyLen   int    // the longest key told apart: arenaMax less room for its length
 	init        func(s *S, now int64)
 	atRest      func(s *S, now int64) bool
 
@@ -131,6 +132,7 @@ func newStore[S any](cfg config, init func(s *S, now int64), atRest func(s *S, n
 		perShardMax: perShard,
 		maxKeys:     cfg.maxKeys,
 		arenaMax:    maxArena,
+		maxKeyLen:   int(min(maxArena-binary.MaxVarintLen64, math.MaxInt)),
 		init:        init,
 		atRest:      atRest,
 	}
@@ -165,17 +167,19 @@ func (st *store[S]) close() {
 	})
 }
 
-// maxKeyLen is the longest key the store tells apart: a longer key is
-// known by its first maxKeyLen bytes.
-func (st *store[S]) maxKeyLen() uint64 { return st.arenaMax - binary.MaxVarintLen64 }
-
 func (st *store[S]) hash(key string) (sh *shard[S], tag uint32) {
 	h := maphash.String(st.seed, key)
-	tag = uint32(h>>32) & tagMask
+	return &st.shards[h&st.shardMask], tagOf(h)
+}
+
+// tagOf returns the tag of a key's hash: 31 bits, never 0. The shard is
+// chosen by the hash's low bits, the tag taken from its high bits.
+func tagOf(h uint64) uint32 {
+	tag := uint32(h>>32) & tagMask
 	if tag == 0 {
 		tag = 1
 	}
-	return &st.shards[h&st.shardMask], tag
+	return tag
 }
 
 // home returns the home slot of tag in a table of n slots: the tag's 31
@@ -184,9 +188,9 @@ func home(tag uint32, n int) int {
 	return int(uint64(tag&tagMask) * uint64(n) >> 31)
 }
 
-// key returns the bytes of the key stored at off. Requires sh.mu held.
-func (sh *shard[S]) key(off uint32) []byte {
-	b := sh.keys[off:]
+// arenaKey returns the bytes of the key stored at off in an arena.
+func arenaKey(arena []byte, off uint32) []byte {
+	b := arena[off:]
 	if n := b[0]; n < 0x80 { // keys shorter than 128 bytes: one length byte
 		return b[1 : 1+int(n)]
 	}
@@ -206,20 +210,35 @@ func (sh *shard[S]) key(off uint32) []byte {
 // a key dropped at rest and seen again earlier never gets more than it
 // would have had if it had been kept.
 func (st *store[S]) lock(key string, now int64, create bool) (sh *shard[S], s *S, fresh bool) {
-	if uint64(len(key)) > st.maxKeyLen() {
-		key = key[:st.maxKeyLen()]
+	if len(key) > st.maxKeyLen {
+		key = key[:st.maxKeyLen]
 	}
-	sh, tag := st.hash(key)
+	// Written out rather than calls to st.hash and a shard method: the
+	// compiler does not inline those into a generic function's body today.
+	h := maphash.String(st.seed, key)
+	sh = &st.shards[h&st.shardMask]
+	tag := tagOf(h)
 	sh.mu.Lock()
 	if n := len(sh.slots); n > 0 {
 		for i := home(tag, n); ; {
 			sl := &sh.slots[i]
 			t := sl.tag
-			if t&tagMask == tag && string(sh.key(sl.off)) == key {
-				if t&refBit == 0 {
-					sl.tag = t | refBit
+			if t&tagMask == tag {
+				// string(arenaKey(sh.keys, sl.off)) == key, with the case
+				// of keys shorter than 128 bytes written out to be inlined.
+				var same bool
+				if off := int(sl.off); len(key) < 0x80 {
+					end := off + 1 + len(key)
+					same = end <= len(sh.keys) && int(sh.keys[off]) == len(key) && string(sh.keys[off+1:end]) == key
+				} else {
+					same = string(arenaKey(sh.keys, sl.off)) == key
 				}
-				return sh, &sl.s, false
+				if same {
+					if t&refBit == 0 {
+						sl.tag = t | refBit
+					}
+					return sh, &sl.s, false
+				}
 			}
 			if t == 0 {
 				break
@@ -366,7 +385,7 @@ func (st *store[S]) evictOne(sh *shard[S], now int64) {
 // Requires sh.mu held.
 func (sh *shard[S]) deleteAt(i int) {
 	n := len(sh.slots)
-	k := len(sh.key(sh.slots[i].off))
+	k := len(arenaKey(sh.keys, sh.slots[i].off))
 	sh.dead += varintLen(k) + k
 	j := i
 	for {
@@ -437,7 +456,7 @@ func (sh *shard[S]) compact() {
 		if sl.tag == 0 {
 			continue
 		}
-		k := sh.key(sl.off)
+		k := arenaKey(sh.keys, sl.off)
 		sl.off = uint32(len(keys))
 		keys = binary.AppendUvarint(keys, uint64(len(k)))
 		keys = append(keys, k...)

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -120,7 +121,7 @@ func checkStore[S any](t *testing.T, st *store[S]) {
 				continue
 			}
 			held++
-			k := string(sh.key(sl.off))
+			k := string(arenaKey(sh.keys, sl.off))
 			live += varintLen(len(k)) + len(k)
 			if seen[k] {
 				t.Fatalf("shard %d: key %q held twice", si, k)
@@ -170,7 +171,7 @@ func TestStoreCapDropsAtRestFirstThenCLOCK(t *testing.T) {
 		for j := range sh.slots {
 			sl := &sh.slots[(sh.cursor+j)%len(sh.slots)]
 			if sl.tag != 0 {
-				keys = append(keys, string(sh.key(sl.off)))
+				keys = append(keys, string(arenaKey(sh.keys, sl.off)))
 				ref = append(ref, sl.tag&refBit != 0)
 			}
 		}
@@ -250,7 +251,7 @@ func TestStoreCapDropsAtRestFirstThenCLOCK(t *testing.T) {
 // known by its first maxKeyLen bytes.
 func TestStoreArenaLimit(t *testing.T) {
 	st := newTestStore(0, 1)
-	st.arenaMax = 256
+	st.arenaMax, st.maxKeyLen = 256, 256-binary.MaxVarintLen64
 	sh := &st.shards[0]
 	for i := 0; i < 10_000; i++ {
 		key := fmt.Sprintf("key-%06d", i) // 10 bytes, 11 with the length
@@ -268,7 +269,7 @@ func TestStoreArenaLimit(t *testing.T) {
 	}
 	checkStore(t, st)
 
-	max := int(st.maxKeyLen())
+	max := st.maxKeyLen
 	long := strings.Repeat("a", max)
 	storeSet(st, long+"b", 5)
 	if v, ok := storeGet(st, long+"c"); !ok || v != 5 {
