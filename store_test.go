@@ -43,7 +43,7 @@ func storeSet(st *store[testState], key string, v int64) (fresh bool) {
 // are long enough to need a two-byte length in the arena, one is "".
 func TestStoreAgainstMap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, tc := range []struct{ shards, keys int }{{1, 3000}, {4, 3000}, {1, 12}, {1, 100}} {
+	for _, tc := range []struct{ shards, keys, steps int }{{1, 3000, 200_000}, {4, 3000, 50_000}, {1, 12, 30_000}, {1, 100, 50_000}} {
 		st := newTestStore(0, tc.shards)
 		ref := map[string]int64{}
 		check := func(i int, key string) {
@@ -57,7 +57,7 @@ func TestStoreAgainstMap(t *testing.T) {
 				t.Fatalf("%+v step %d: get %q = %d,%v want %d,%v", tc, i, key, got, ok, want, wok)
 			}
 		}
-		for i := 0; i < 200_000; i++ {
+		for i := 0; i < tc.steps; i++ {
 			key := testKey(rng.IntN(tc.keys))
 			switch op := rng.IntN(100); {
 			case op < 60:
@@ -78,7 +78,7 @@ func TestStoreAgainstMap(t *testing.T) {
 					}
 				}
 			}
-			if i%4999 == 0 {
+			if i%(tc.steps/50) == 0 {
 				checkStore(t, st)
 			}
 		}
