@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -106,29 +105,6 @@ func BenchmarkLeakyBucket(b *testing.B) {
 				})
 			})
 		}
-	}
-}
-
-// BenchmarkLeakyBucketBytesPerKey reports the heap retained per key after
-// inserting 100,000 keys of about 10 bytes, key strings included.
-func BenchmarkLeakyBucketBytesPerKey(b *testing.B) {
-	keys := benchKeys()[:100_000]
-	for b.Loop() {
-		clk := NewManualClock(lbT0)
-		lb, err := NewLeakyBucket(PerSecond(1), 1, WithClock(clk))
-		if err != nil {
-			b.Fatal(err)
-		}
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		for _, k := range keys {
-			lb.Allow(k)
-		}
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(len(keys)), "B/key")
-		runtime.KeepAlive(lb)
 	}
 }
 

@@ -3,6 +3,10 @@ package ratelimit_test
 import (
 	"context"
 	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
@@ -69,4 +73,33 @@ func ExampleParseRate() {
 	// 5 per 2s
 	// 1000 per 1h0m0s
 	// ratelimit: invalid rate "ten/s": count "ten" is not an integer
+}
+
+// The README's quick start: a limit per client IP in a handler (here on a
+// manual clock, so that no token comes back while the burst runs).
+func ExampleTokenBucket_perIP() {
+	clock := ratelimit.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	lim, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 20, ratelimit.WithClock(clock))
+	if err != nil {
+		log.Fatal(err)
+	}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ip, _, _ := net.SplitHostPort(r.RemoteAddr)
+		if !lim.Allow(ip) {
+			http.Error(w, "too many requests", http.StatusTooManyRequests)
+			return
+		}
+		fmt.Fprintln(w, "hello")
+	})
+
+	codes := map[int]int{}
+	for i := 0; i < 25; i++ { // a burst of 25 from one address
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.RemoteAddr = "198.51.100.7:4711"
+		handler.ServeHTTP(rec, req)
+		codes[rec.Code]++
+	}
+	fmt.Println(codes[http.StatusOK], "ok,", codes[http.StatusTooManyRequests], "too many")
+	// Output: 20 ok, 5 too many
 }

@@ -49,8 +49,10 @@ func WithShards(n int) Option { return func(cfg *config) { cfg.shards = n } }
 
 // WithMaxKeys caps the number of keys the store holds (default 0: no cap).
 // When a new key arrives at the cap, the store drops a key at rest if it
-// finds one (losslessly), else the least recently used key among a sample
-// (lossy: that key starts afresh, with a full allowance). Stats counts both.
+// finds one (losslessly), else a key of a sample chosen by CLOCK, an
+// approximation of least recently used: one not used since the clock hand
+// last passed it (lossy: that key starts afresh, with a full allowance).
+// Stats counts both.
 // With a cap, the store uses at most max(1, n/16) shards, each holding at
 // most its share, so the total never exceeds n.
 func WithMaxKeys(n int) Option { return func(cfg *config) { cfg.maxKeys = n } }

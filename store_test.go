@@ -1,9 +1,12 @@
 package ratelimit
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -34,12 +37,14 @@ func storeSet(st *store[testState], key string, v int64) (fresh bool) {
 }
 
 // The table against a map on random inserts, updates and sweeps, so that
-// probing, backward-shift deletion, growth and shrinking are all exercised.
-// Keys at rest (even values) may vanish at any insert; others never do.
+// probing (with wrap-around in small tables), backward-shift deletion,
+// growth, shrinking and the arena's compaction are all exercised. Keys at
+// rest (even values) may vanish at any insert; others never do. Some keys
+// are long enough to need a two-byte length in the arena, one is "".
 func TestStoreAgainstMap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, shards := range []int{1, 4} {
-		st := newTestStore(0, shards)
+	for _, tc := range []struct{ shards, keys, steps int }{{1, 3000, 200_000}, {4, 3000, 50_000}, {1, 12, 30_000}, {1, 100, 50_000}} {
+		st := newTestStore(0, tc.shards)
 		ref := map[string]int64{}
 		check := func(i int, key string) {
 			got, ok := storeGet(st, key)
@@ -49,18 +54,18 @@ func TestStoreAgainstMap(t *testing.T) {
 			case !ok && (!wok || want%2 == 0):
 				delete(ref, key) // at rest: dropping it is allowed
 			default:
-				t.Fatalf("step %d: get %q = %d,%v want %d,%v", i, key, got, ok, want, wok)
+				t.Fatalf("%+v step %d: get %q = %d,%v want %d,%v", tc, i, key, got, ok, want, wok)
 			}
 		}
-		for i := 0; i < 200_000; i++ {
-			key := fmt.Sprint(rng.IntN(3000))
+		for i := 0; i < tc.steps; i++ {
+			key := testKey(rng.IntN(tc.keys))
 			switch op := rng.IntN(100); {
 			case op < 60:
 				check(i, key)
 				_, had := ref[key]
 				v := rng.Int64N(1000)
 				if fresh := storeSet(st, key, v); fresh == had {
-					t.Fatalf("step %d: fresh=%v but key present=%v", i, fresh, had)
+					t.Fatalf("%+v step %d: fresh=%v but key present=%v", tc, i, fresh, had)
 				}
 				ref[key] = v
 			case op < 99:
@@ -73,13 +78,68 @@ func TestStoreAgainstMap(t *testing.T) {
 					}
 				}
 			}
+			if i%(tc.steps/50) == 0 {
+				checkStore(t, st)
+			}
 		}
 		for k := range ref {
 			check(-1, k)
 		}
+		checkStore(t, st)
 		if s := st.stats(); s.Keys != len(ref) {
 			t.Fatalf("store holds %d keys, reference %d", s.Keys, len(ref))
 		}
+	}
+}
+
+// testKey returns key i of the property tests: mostly short, some of 150
+// bytes or more, and "" for 0.
+func testKey(i int) string {
+	switch {
+	case i == 0:
+		return ""
+	case i%7 == 0:
+		return fmt.Sprint(i) + strings.Repeat("x", 150)
+	}
+	return fmt.Sprint(i)
+}
+
+// checkStore checks every shard's invariants: each key is found from its
+// home slot without crossing an empty slot, n counts the keys, no key is
+// held twice, and the arena's dead bytes are what the keys do not use.
+func checkStore[S any](t *testing.T, st *store[S]) {
+	t.Helper()
+	for si := range st.shards {
+		sh := &st.shards[si]
+		sh.mu.Lock()
+		n := len(sh.slots)
+		held, live := 0, 0
+		seen := map[string]bool{}
+		for i := range sh.slots {
+			sl := &sh.slots[i]
+			if sl.tag == 0 {
+				continue
+			}
+			held++
+			k := string(arenaKey(sh.keys, sl.off))
+			live += varintLen(len(k)) + len(k)
+			if seen[k] {
+				t.Fatalf("shard %d: key %q held twice", si, k)
+			}
+			seen[k] = true
+			if _, tag := st.hash(k); tag != sl.tag&tagMask {
+				t.Fatalf("shard %d slot %d: key %q has tag %x, slot %x", si, i, k, tag, sl.tag)
+			}
+			for j := home(sl.tag, n); j != i; j = (j + 1) % n {
+				if sh.slots[j].tag == 0 {
+					t.Fatalf("shard %d: key %q at %d unreachable from its home %d (empty %d)", si, k, i, home(sl.tag, n), j)
+				}
+			}
+		}
+		if held != sh.n || live != len(sh.keys)-sh.dead {
+			t.Fatalf("shard %d: %d keys held (n %d), %d live key bytes (arena %d, dead %d)", si, held, sh.n, live, len(sh.keys), sh.dead)
+		}
+		sh.mu.Unlock()
 	}
 }
 
@@ -95,31 +155,186 @@ func TestStoreLazySweep(t *testing.T) {
 	}
 }
 
-func TestStoreCapDropsAtRestFirstThenLRU(t *testing.T) {
+// At the cap, a key at rest in the sample goes first; else CLOCK: the
+// first key from the hand not used since the hand last passed it, the hand
+// clearing the reference bits it passes; else the first of the sample.
+func TestStoreCapDropsAtRestFirstThenCLOCK(t *testing.T) {
 	// A cap of evictProbe keys in one shard: the sample is the whole shard.
 	st := newTestStore(evictProbe, 1)
+	sh := &st.shards[0]
 	for i := 0; i < evictProbe; i++ {
-		storeSet(st, fmt.Sprint("busy", i), 1) // not at rest
+		storeSet(st, fmt.Sprint("busy", i), 1) // not at rest, not used since
 	}
-	storeSet(st, "busy0", 1) // touch: busy0 is now the most recently used
+	// order lists the keys held in table order from the hand, with their
+	// reference bits.
+	order := func() (keys []string, ref []bool) {
+		for j := range sh.slots {
+			sl := &sh.slots[(sh.cursor+j)%len(sh.slots)]
+			if sl.tag != 0 {
+				keys = append(keys, string(arenaKey(sh.keys, sl.off)))
+				ref = append(ref, sl.tag&refBit != 0)
+			}
+		}
+		return keys, ref
+	}
+	held := func(key string) bool { // without touching the key, unlike storeGet
+		keys, _ := order()
+		return slices.Contains(keys, key)
+	}
+	expect := func(what string, atRest, lru uint64) {
+		t.Helper()
+		if s := st.stats(); s.Keys != evictProbe || s.EvictedAtRest != atRest || s.EvictedLRU != lru {
+			t.Fatalf("%s: %+v", what, s)
+		}
+		checkStore(t, st)
+	}
+
+	// 1. The key first from the hand is used again: it survives, and the
+	// next one, never used since its insert, goes.
+	keys, _ := order()
+	storeSet(st, keys[0], 1)
 	storeSet(st, "new", 1)
-	s := st.stats()
-	if s.Keys != evictProbe || s.EvictedLRU != 1 || s.EvictedAtRest != 0 {
-		t.Fatalf("after one insert at the cap: %+v", s)
+	expect("first eviction", 0, 1)
+	if !held(keys[0]) || held(keys[1]) {
+		t.Fatalf("evicted the wrong key: %q held %v, %q held %v", keys[0], held(keys[0]), keys[1], held(keys[1]))
 	}
-	if _, ok := storeGet(st, "busy0"); !ok {
-		t.Fatal("the most recently used key was evicted")
+	// The hand cleared the bit of the key it passed.
+	if _, ref := order(); slices.Contains(ref, true) {
+		t.Fatalf("reference bits after the first eviction: %v", ref)
 	}
-	if _, ok := storeGet(st, "busy1"); ok {
-		t.Fatal("busy1, the least recently used, survived")
+
+	// 2. Every key used but the last from the hand: the hand passes them all,
+	// clearing their bits, and drops the last one.
+	keys, _ = order()
+	last := keys[len(keys)-1]
+	for _, k := range keys[:len(keys)-1] {
+		storeSet(st, k, 1)
 	}
-	storeSet(st, "busy5", 2) // now at rest
 	storeSet(st, "new2", 1)
-	if _, ok := storeGet(st, "busy5"); ok {
+	expect("second eviction", 0, 2)
+	if held(last) {
+		t.Fatalf("%q, the only key not used, survived", last)
+	}
+	for _, k := range keys[:len(keys)-1] {
+		if !held(k) {
+			t.Fatalf("%q, a key used, was evicted", k)
+		}
+	}
+	if _, ref := order(); slices.Contains(ref, true) {
+		t.Fatalf("the hand left reference bits set: %v", ref)
+	}
+
+	// 3. Every key used: the first of the sample goes, and the hand clears
+	// every bit of the sample.
+	keys, _ = order()
+	for _, k := range keys {
+		storeSet(st, k, 1)
+	}
+	storeSet(st, "new3", 1)
+	expect("third eviction", 0, 3)
+	if held(keys[0]) || !held(keys[1]) {
+		t.Fatalf("every key used: %q should have gone, not %q", keys[0], keys[1])
+	}
+
+	// 4. A key at rest goes before any busy key, wherever it is.
+	keys, _ = order()
+	storeSet(st, keys[20], 2) // at rest, and just used
+	storeSet(st, "new4", 1)
+	expect("at rest", 1, 3)
+	if held(keys[20]) {
 		t.Fatal("the key at rest was kept while a busy key was dropped")
 	}
-	if s := st.stats(); s.EvictedAtRest != 1 || s.EvictedLRU != 1 || s.Keys != evictProbe {
+}
+
+// A shard never holds more key bytes than its arena can address: past
+// that, it evicts until the new key fits. A key longer than maxKeyLen is
+// known by its first maxKeyLen bytes.
+func TestStoreArenaLimit(t *testing.T) {
+	st := newTestStore(0, 1)
+	st.arenaMax, st.maxKeyLen = 256, 256-binary.MaxVarintLen64
+	sh := &st.shards[0]
+	for i := 0; i < 10_000; i++ {
+		key := fmt.Sprintf("key-%06d", i) // 10 bytes, 11 with the length
+		storeSet(st, key, 1)              // never at rest
+		if len(sh.keys) > 256 {
+			t.Fatalf("step %d: arena of %d bytes", i, len(sh.keys))
+		}
+		if v, ok := storeGet(st, key); !ok || v != 1 {
+			t.Fatalf("step %d: the key just set is gone", i)
+		}
+	}
+	s := st.stats()
+	if s.Keys != 256/11 || s.EvictedLRU != uint64(10_000-s.Keys) {
 		t.Fatalf("%+v", s)
+	}
+	checkStore(t, st)
+
+	max := st.maxKeyLen
+	long := strings.Repeat("a", max)
+	storeSet(st, long+"b", 5)
+	if v, ok := storeGet(st, long+"c"); !ok || v != 5 {
+		t.Fatalf("keys sharing their first %d bytes: got %d,%v", max, v, ok)
+	}
+	if v, ok := storeGet(st, long); !ok || v != 5 {
+		t.Fatalf("key of %d bytes: got %d,%v", max, v, ok)
+	}
+	if _, ok := storeGet(st, long[1:]); ok {
+		t.Fatal("a shorter key shares the long key's state")
+	}
+	if s := st.stats(); s.Keys != 1 {
+		t.Fatalf("a long key takes the whole arena: %+v", s)
+	}
+	checkStore(t, st)
+}
+
+// Tables grow by half at maxLoad: from a few hundred keys on, the load
+// stays between 0.55 and 0.85 at every key count.
+func TestStoreLoad(t *testing.T) {
+	st := newTestStore(0, 1)
+	for i := 0; i < 200_000; i++ {
+		storeSet(st, fmt.Sprint(i), 1)
+		if i < 200 {
+			continue
+		}
+		s := st.stats()
+		if load := float64(s.Keys) / float64(s.Slots); load < 0.55 || load > 0.85 {
+			t.Fatalf("%d keys in %d slots: load %.3f", s.Keys, s.Slots, load)
+		}
+	}
+}
+
+// A sweep rebuilds an arena that is mostly dead bytes, and a table left
+// mostly empty, with its arena; dropping every key frees both.
+func TestStoreSweepGivesMemoryBack(t *testing.T) {
+	st := newTestStore(0, 1)
+	sh := &st.shards[0]
+	const keys = 10_000
+	for i := 0; i < keys; i++ {
+		storeSet(st, fmt.Sprintf("key-%06d", i), 1)
+	}
+	slots, arena := len(sh.slots), cap(sh.keys)
+	for i := 0; i < keys*6/10; i++ {
+		storeSet(st, fmt.Sprintf("key-%06d", i), 2) // at rest
+	}
+	st.sweep(0)
+	if len(sh.slots) != slots || sh.dead != 0 || cap(sh.keys) > arena/2 {
+		t.Fatalf("60%% dropped: %d slots (was %d), arena cap %d (was %d), %d dead", len(sh.slots), slots, cap(sh.keys), arena, sh.dead)
+	}
+	checkStore(t, st)
+	for i := keys * 6 / 10; i < keys*95/100; i++ {
+		storeSet(st, fmt.Sprintf("key-%06d", i), 2)
+	}
+	st.sweep(0)
+	if s := st.stats(); s.Keys != keys*5/100 || s.Slots > slots/8 || cap(sh.keys) > arena/10 {
+		t.Fatalf("95%% dropped: %+v, arena cap %d", s, cap(sh.keys))
+	}
+	checkStore(t, st)
+	for i := keys * 95 / 100; i < keys; i++ {
+		storeSet(st, fmt.Sprintf("key-%06d", i), 2)
+	}
+	st.sweep(0)
+	if sh.slots != nil || sh.keys != nil || sh.n != 0 || sh.dead != 0 {
+		t.Fatalf("all dropped: %d slots, arena %d bytes", len(sh.slots), cap(sh.keys))
 	}
 }
 

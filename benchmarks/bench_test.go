@@ -1,0 +1,409 @@
+package benchmarks
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+)
+
+// Key sets. Keys are built once per process, 10 bytes each ("k:" and eight
+// hex digits), as substrings of one buffer, so that neither building nor
+// allocating them is measured; walked in order, they are in cache like a
+// request's key. The 10k set is a prefix of the 1M set.
+//
+// Limiters are populated with copies (strings.Clone), as a service's would
+// be with keys cut from requests, and in shuffled order: a map that keeps
+// the caller's string must not find its stored keys in this sequential
+// buffer, in cache, when it compares them, while a store that copies keys
+// finds them scattered.
+const maxKeys = 1_000_000
+
+var (
+	keysOnce sync.Once
+	allKeys  []string
+)
+
+func keySet(n int) []string {
+	keysOnce.Do(func() {
+		const hex = "0123456789abcdef"
+		buf := make([]byte, 0, maxKeys*10)
+		for i := range maxKeys {
+			buf = append(buf, 'k', ':')
+			for shift := 28; shift >= 0; shift -= 4 {
+				buf = append(buf, hex[i>>shift&0xf])
+			}
+		}
+		all := string(buf)
+		allKeys = make([]string, maxKeys)
+		for i := range allKeys {
+			allKeys[i] = all[i*10 : i*10+10]
+		}
+	})
+	return allKeys[:n]
+}
+
+// shuffled returns keys in a fixed pseudo-random order. Limiters are
+// populated in this order and then walked in key order, so that what they
+// allocate per key (a key copy, a limiter object) is not laid out in the
+// order of the walk: in a service, keys are first seen in one order and
+// come back in another. Walking per-key objects in their allocation order
+// would turn their cache misses into prefetched sequential reads.
+func shuffled(keys []string) []string {
+	out := slices.Clone(keys)
+	rand.New(rand.NewPCG(1, 2)).Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
+var keyCounts = []struct {
+	name string
+	n    int
+}{{"10k", 10_000}, {"1M", maxKeys}}
+
+// Sinks keep the floors' results alive.
+var (
+	sinkTime     time.Time
+	sinkDuration time.Duration
+	sinkInt      int
+	sinkBool     bool
+	// nopAllow is called through a variable, so that the compiler cannot
+	// inline it: the harness's indirect call, measured alone.
+	nopAllow = func(string) bool { return true }
+)
+
+// BenchmarkFloor measures what a decision cannot avoid: reading the clock
+// (time.Now reads the wall and the monotonic clocks, time.Since only the
+// monotonic one), an uncontended CAS, a mutex, a map lookup by a 10-byte
+// key (at 1M keys mostly cache misses), and the indirect call through which
+// this module calls every limiter.
+func BenchmarkFloor(b *testing.B) {
+	b.Run("op=time.Now", func(b *testing.B) {
+		var t time.Time
+		for b.Loop() {
+			t = time.Now()
+		}
+		sinkTime = t
+	})
+	b.Run("op=time.Since", func(b *testing.B) {
+		start := time.Now()
+		var d time.Duration
+		for b.Loop() {
+			d = time.Since(start)
+		}
+		sinkDuration = d
+	})
+	b.Run("op=CAS", func(b *testing.B) {
+		var v atomic.Int64
+		var x int64
+		for b.Loop() {
+			if v.CompareAndSwap(x, x+1) {
+				x++
+			}
+		}
+		sinkInt = int(v.Load())
+	})
+	b.Run("op=mutex", func(b *testing.B) {
+		var mu sync.Mutex
+		for b.Loop() {
+			mu.Lock()
+			mu.Unlock() //nolint:staticcheck // an empty critical section is the point
+		}
+	})
+	for _, kc := range keyCounts {
+		b.Run("op=map-"+kc.name, func(b *testing.B) {
+			keys := keySet(kc.n)
+			m := make(map[string]int, len(keys))
+			for i, k := range shuffled(keys) {
+				m[strings.Clone(k)] = i
+			}
+			b.ReportAllocs()
+			i, sum := 0, 0
+			for b.Loop() {
+				sum += m[keys[i]]
+				if i++; i == len(keys) {
+					i = 0
+				}
+			}
+			sinkInt = sum
+		})
+	}
+	b.Run("op=func-call", func(b *testing.B) {
+		f, ok := nopAllow, false
+		for b.Loop() {
+			ok = f("k")
+		}
+		sinkBool = ok
+	})
+}
+
+// paths are the two outcomes a one-key benchmark holds a limiter on.
+var paths = []struct {
+	name  string
+	spec  spec
+	allow bool
+}{
+	{"allow", allowSpec, true},
+	{"deny", denySpec, false},
+}
+
+// BenchmarkOneKey measures one key's decision, on the allow path (a limit
+// that is never reached) and on the deny path (a limit spent before the
+// timer starts), called from one goroutine and from GOMAXPROCS goroutines
+// at once (all on the same key: contended).
+func BenchmarkOneKey(b *testing.B) {
+	keys := []string{"k:00000000"}
+	for _, p := range paths {
+		b.Run("path="+p.name, func(b *testing.B) {
+			for _, im := range impls {
+				if !im.oneKey {
+					continue
+				}
+				b.Run("impl="+im.name, func(b *testing.B) {
+					// newLimiter builds a limiter held on path p, its
+					// key created (and, on the deny path, its one event
+					// spent) before the timer starts.
+					newLimiter := func() limiter {
+						lim := im.build(p.spec)
+						lim.allow(keys[0])
+						return lim
+					}
+					b.Run("run=serial", func(b *testing.B) {
+						lim := newLimiter()
+						defer closeLimiter(lim)
+						runSerial(b, lim.allow, keys, p.allow)
+					})
+					b.Run("run=parallel", func(b *testing.B) {
+						lim := newLimiter()
+						defer closeLimiter(lim)
+						runParallel(b, lim.allow, keys, p.allow, im.outOfOrder && p.allow)
+					})
+				})
+			}
+		})
+	}
+}
+
+// BenchmarkKeys measures the allow path over many keys, 10 bytes each,
+// inserted (as copies, in shuffled order) before the timer starts and
+// cycled through in key order, from one goroutine and from GOMAXPROCS
+// goroutines, each on its own share of the keys (see runParallel). One
+// limiter per implementation and key count is populated and shared by the
+// serial and parallel runs: 1M keys are inserted once per process.
+func BenchmarkKeys(b *testing.B) {
+	for _, kc := range keyCounts {
+		b.Run("keys="+kc.name, func(b *testing.B) {
+			keys := keySet(kc.n)
+			for _, im := range impls {
+				if !im.keyed {
+					continue
+				}
+				b.Run("impl="+im.name, func(b *testing.B) {
+					lim := im.build(keyedSpec)
+					defer closeLimiter(lim)
+					for _, k := range shuffled(keys) {
+						if !lim.allow(strings.Clone(k)) {
+							b.Fatalf("%s denied new key %q", im.name, k)
+						}
+					}
+					b.Run("run=serial", func(b *testing.B) {
+						runSerial(b, lim.allow, keys, true)
+					})
+					b.Run("run=parallel", func(b *testing.B) {
+						runParallel(b, lim.allow, keys, true, false)
+					})
+					runtime.GC() // free this limiter before the next is built
+				})
+			}
+		})
+	}
+}
+
+// runSerial calls allow on keys in turn and fails if any call was not on
+// the expected path.
+func runSerial(b *testing.B, allow func(string) bool, keys []string, want bool) {
+	b.ReportAllocs()
+	i, wrong := 0, 0
+	for b.Loop() {
+		if allow(keys[i]) != want {
+			wrong++
+		}
+		if i++; i == len(keys) {
+			i = 0
+		}
+	}
+	if wrong > 0 {
+		b.Fatalf("%d of %d calls were not on the %s path", wrong, b.N, pathName(want))
+	}
+}
+
+// runParallel is runSerial from GOMAXPROCS goroutines, each on its own
+// share of keys: goroutine g of P cycles through keys[g*n/P : (g+1)*n/P]
+// (with one key, all of them on that key). No key is touched by two
+// goroutines, so what is measured is the limiter's own contention (shared
+// locks, shared cache lines), not contention for a key. If tolerate is set,
+// calls off the expected path are reported as a share, denied-% (see
+// impl.outOfOrder), rather than failing the run.
+func runParallel(b *testing.B, allow func(string) bool, keys []string, want, tolerate bool) {
+	b.ReportAllocs()
+	procs := runtime.GOMAXPROCS(0) // RunParallel's goroutines, at parallelism 1
+	var seq atomic.Int64
+	var wrong atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		share := keys
+		if len(keys) >= procs {
+			g := int(seq.Add(1)-1) % procs
+			share = keys[g*len(keys)/procs : (g+1)*len(keys)/procs]
+		}
+		i, w := 0, 0
+		for pb.Next() {
+			if allow(share[i]) != want {
+				w++
+			}
+			if i++; i == len(share) {
+				i = 0
+			}
+		}
+		wrong.Add(int64(w))
+	})
+	switch w := wrong.Load(); {
+	case tolerate:
+		b.ReportMetric(100*float64(w)/float64(b.N), "denied-%")
+	case w > 0:
+		b.Fatalf("%d of %d calls were not on the %s path", w, b.N, pathName(want))
+	}
+}
+
+func pathName(allow bool) string {
+	if allow {
+		return "allow"
+	}
+	return "deny"
+}
+
+func closeLimiter(l limiter) {
+	if l.close != nil {
+		l.close()
+	}
+}
+
+// liveHeap returns the live heap after a full collection. (No limiter
+// here sets finalizers, so one cycle frees all garbage.)
+func liveHeap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// BenchmarkMemory floods a limiter with 1M new keys, one event each, and
+// reports the live heap it retains per key (B/key), what a new key costs
+// (ns/key), and, after the keys go idle, what is still held: idle-B/key,
+// and idle-% of the flood's memory (0 means all of it came back). A key goes
+// idle when the limiter's clock is moved past its refill and, for ours,
+// Sweep runs. Implementations that read only the real clock report no idle
+// figures: they are not measurable without sleeping for their TTL.
+//
+// Each key is a fresh copy, as a request's would be, so a limiter that
+// keeps the caller's string pays for it. Run with -benchtime 1x: each
+// iteration is a whole flood.
+func BenchmarkMemory(b *testing.B) {
+	keys := keySet(maxKeys)
+	b.Run("keys=1M", func(b *testing.B) {
+		for _, im := range impls {
+			if !im.keyed {
+				continue
+			}
+			b.Run("impl="+im.name, func(b *testing.B) { memoryFlood(b, im, keys) })
+		}
+	})
+}
+
+// memoryFlood is one row of BenchmarkMemory.
+func memoryFlood(b *testing.B, im impl, keys []string) {
+	var perKey, nsPerKey, idlePerKey, idlePct float64
+	measurable := true
+	for range b.N {
+		s := keyedSpec
+		s.clock = ratelimit.NewManualClock(time.Unix(1_700_000_000, 0))
+		base := liveHeap()
+		start := time.Now()
+		lim := im.build(s)
+		for _, k := range keys {
+			if !lim.allow(strings.Clone(k)) {
+				b.Fatalf("%s denied new key %q", im.name, k)
+			}
+		}
+		nsPerKey += float64(time.Since(start)) / float64(len(keys))
+		flood := float64(liveHeap()) - float64(base)
+		perKey += flood / float64(len(keys))
+		if lim.idle == nil {
+			measurable = false
+		} else {
+			lim.idle()
+			idle := float64(liveHeap()) - float64(base)
+			idlePerKey += idle / float64(len(keys))
+			idlePct += 100 * idle / flood
+		}
+		closeLimiter(lim)
+		runtime.KeepAlive(lim)
+	}
+	n := float64(b.N)
+	b.ReportMetric(0, "ns/op") // a whole flood: see ns/key
+	b.ReportMetric(nsPerKey/n, "ns/key")
+	b.ReportMetric(perKey/n, "B/key")
+	if measurable {
+		b.ReportMetric(idlePerKey/n, "idle-B/key")
+		b.ReportMetric(idlePct/n, "idle-%")
+	}
+}
+
+// BenchmarkBulkhead measures TryAcquire followed by Release on a bulkhead
+// of 64 permits (so that every goroutine of the parallel run gets one),
+// serial and from GOMAXPROCS goroutines.
+func BenchmarkBulkhead(b *testing.B) {
+	const permits = 64
+	for _, im := range bulkheadImpls {
+		b.Run("impl="+im.name, func(b *testing.B) {
+			b.Run("run=serial", func(b *testing.B) {
+				bh := im.build(permits)
+				b.ReportAllocs()
+				failed := 0
+				for b.Loop() {
+					if bh.tryAcquire() {
+						bh.release()
+					} else {
+						failed++
+					}
+				}
+				if failed > 0 {
+					b.Fatalf("%d of %d acquires failed", failed, b.N)
+				}
+			})
+			b.Run("run=parallel", func(b *testing.B) {
+				bh := im.build(permits)
+				b.ReportAllocs()
+				var failed atomic.Int64
+				b.RunParallel(func(pb *testing.PB) {
+					f := 0
+					for pb.Next() {
+						if bh.tryAcquire() {
+							bh.release()
+						} else {
+							f++
+						}
+					}
+					failed.Add(int64(f))
+				})
+				if f := failed.Load(); f > 0 {
+					b.Fatalf("%d of %d acquires failed", f, b.N)
+				}
+			})
+		})
+	}
+}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+const sample = `goos: linux
+goarch: amd64
+pkg: github.com/ratelimitkit/ratelimit/benchmarks
+cpu: Test CPU
+BenchmarkFloor/op=time.Since-2         	1000000	        20.00 ns/op
+BenchmarkFloor/op=CAS-2                	1000000	         5.00 ns/op
+BenchmarkOneKey/path=allow/impl=ours-tokenbucket/run=serial-2   	1000000	        30.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkOneKey/path=allow/impl=ours-tokenbucket/run=serial-2   	1000000	        34.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkOneKey/path=allow/impl=ours-tokenbucket/run=serial-2   	1000000	        90.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkOneKey/path=allow/impl=xrate/run=serial-2              	1000000	        80.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkOneKey/path=allow/impl=ulule/run=serial-2              	1000000	       400.0 ns/op	      32 B/op	       2 allocs/op
+BenchmarkKeys/keys=10k/impl=ours-tokenbucket/run=serial-2       	1000000	        60.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkKeys/keys=10k/impl=xrate-map/run=serial-2              	1000000	       100.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkKeys/keys=10k/impl=sethvargo/run=serial-2              	1000000	        50.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkMemory/keys=1M/impl=ours-tokenbucket-2  	1	       100.0 B/key	         0.5 idle-%	         0.5 idle-B/key	      2000 ns/key
+BenchmarkMemory/keys=1M/impl=xrate-map-2         	1	       150.0 B/key	       100.0 idle-%	       150.0 idle-B/key	      4000 ns/key
+BenchmarkMemory/keys=1M/impl=ulule-2             	1	       190.0 B/key	      4500 ns/key
+PASS
+`
+
+func TestParseName(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want key
+	}{
+		{"BenchmarkOneKey/path=allow/impl=xrate/run=serial-2", key{"OneKey/path=allow/run=serial", "xrate"}},
+		{"BenchmarkKeys/keys=1M/impl=ours-tokenbucket/run=parallel", key{"Keys/keys=1M/run=parallel", "ours-tokenbucket"}},
+		{"BenchmarkFloor/op=time.Now-16", key{"Floor/op=time.Now", ""}},
+		{"BenchmarkMemory/keys=1M/impl=xrate-map-2", key{"Memory/keys=1M", "xrate-map"}},
+	} {
+		if got := parseName(c.in); got != c.want {
+			t.Errorf("parseName(%q) = %+v, want %+v", c.in, got, c.want)
+		}
+	}
+}
+
+func TestReport(t *testing.T) {
+	r := newResults()
+	if err := r.parse(strings.NewReader(sample)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := r.get("OneKey/path=allow/run=serial", "ours-tokenbucket", "ns/op"); got != 34 {
+		t.Errorf("median of 30, 34, 90 = %v, want 34", got)
+	}
+	var sb strings.Builder
+	report(&sb, r)
+	out := sb.String()
+	for _, want := range []string{
+		"cpu: Test CPU",
+		"| OneKey path=allow run=serial | xrate 80.0 ns | 0.42× (34.0) | 1.00× (80.0) | 5.00× (400) 2 allocs |",
+		"| scenario | baseline | ours-tokenbucket | xrate-map | sethvargo |",
+		"| Keys keys=10k run=serial | xrate-map 100 ns | 0.60× (60.0) | 1.00× (100) | 0.50× (50.0) |",
+		"| time.Since | 20.0 |",
+		"| Memory keys=1M | ours-tokenbucket | 100 | 0.67× | 0.50 | 0.5% | 2000 |",
+		"| Memory keys=1M | ulule | 190 | 1.27× | n/a | n/a | 4500 |",
+		"| one key, allow, serial: ≤ 0.45× xrate | 0.42× (34.0 / 80.0 ns) | met |",
+		"| one key, allow, serial: ≤ 1.25× (time.Since + CAS) | 1.36× (34.0 / 25.0 ns) | **missed** |",
+		"| 10k keys, serial: ≤ 0.5× xrate-map | 0.60× (60.0 / 100 ns) | **missed** |",
+		"| 10k keys, serial: faster than sethvargo | 1.20× (60.0 / 50.0 ns) | **missed** |",
+		"| one key, deny, serial: ≤ 0.45× xrate | — | not run |",
+		"| ours-tokenbucket: 0 allocs/op in every one-key and keyed run | 0 | met |",
+		"| ours-tokenbucket: ≤ 64 B per key after 1M keys | 100 B/key | **missed** |",
+		"| ours-tokenbucket: memory comes back after keys go idle (≤ 10% of the flood still held) | 0.5% still held | met |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q\n%s", want, out)
+		}
+	}
+}

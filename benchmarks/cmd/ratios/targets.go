@@ -1,0 +1,184 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// ourTB is our token bucket, the reference for issue 7's targets; our
+// other limiters are named "ours-<algorithm>".
+const ourTB = "ours-tokenbucket"
+
+// check is one of issue 7's targets, as measured in this run.
+type check struct {
+	target   string
+	measured string
+	ran      bool // false: an implementation or scenario it needs did not run
+	met      bool
+}
+
+func (c check) verdict() string {
+	switch {
+	case !c.ran:
+		return "not run"
+	case c.met:
+		return "met"
+	default:
+		return "**missed**"
+	}
+}
+
+// ratioCheck checks that impl's ns/op in scenario is at most limit times
+// base's in baseScenario ("" for the same scenario).
+func (r *results) ratioCheck(target, scenario, impl, baseScenario, base string, limit float64) check {
+	c := check{target: target}
+	if baseScenario == "" {
+		baseScenario = scenario
+	}
+	a, ok1 := r.get(scenario, impl, "ns/op")
+	b, ok2 := r.get(baseScenario, base, "ns/op")
+	if !ok1 || !ok2 || b == 0 {
+		return c
+	}
+	c.ran, c.met = true, a/b <= limit
+	c.measured = fmt.Sprintf("%.2f× (%s / %s ns)", a/b, num(a), num(b))
+	return c
+}
+
+// fasterCheck checks that impl's ns/op in scenario is below base's.
+func (r *results) fasterCheck(target, scenario, impl, base string) check {
+	c := r.ratioCheck(target, scenario, impl, "", base, 1)
+	if c.ran {
+		a, _ := r.get(scenario, impl, "ns/op")
+		b, _ := r.get(scenario, base, "ns/op")
+		c.met = a < b
+	}
+	return c
+}
+
+// ours returns our implementations that ran in the scenarios of group.
+func (r *results) ours(groups ...string) []string {
+	var out []string
+	for _, im := range r.implsIn(groups...) {
+		if strings.HasPrefix(im, "ours-") && !strings.HasSuffix(im, "bulkhead") {
+			out = append(out, im)
+		}
+	}
+	return out
+}
+
+// checks evaluates issue 7's targets on the run.
+func (r *results) checks() []check {
+	var cs []check
+	add := func(c check) { cs = append(cs, c) }
+
+	// One key: at most 0.45× x/time/rate, within ~1.25× of the floor of a
+	// monotonic clock read plus a CAS.
+	since, ok1 := r.get("Floor/op=time.Since", "", "ns/op")
+	cas, ok2 := r.get("Floor/op=CAS", "", "ns/op")
+	for _, path := range []string{"allow", "deny"} {
+		sc := "OneKey/path=" + path + "/run=serial"
+		add(r.ratioCheck("one key, "+path+", serial: ≤ 0.45× xrate", sc, ourTB, "", "xrate", 0.45))
+		c := check{target: "one key, " + path + ", serial: ≤ 1.25× (time.Since + CAS)"}
+		if ns, ok := r.get(sc, ourTB, "ns/op"); ok && ok1 && ok2 {
+			floor := since + cas
+			c.ran, c.met = true, ns/floor <= 1.25
+			c.measured = fmt.Sprintf("%.2f× (%s / %s ns)", ns/floor, num(ns), num(floor))
+		}
+		add(c)
+	}
+
+	// Many keys, serial.
+	add(r.ratioCheck("10k keys, serial: ≤ 0.5× xrate-map", "Keys/keys=10k/run=serial", ourTB, "", "xrate-map", 0.5))
+	add(r.fasterCheck("10k keys, serial: faster than sethvargo", "Keys/keys=10k/run=serial", ourTB, "sethvargo"))
+	add(r.ratioCheck("1M keys, serial: ≤ 0.6× xrate-map", "Keys/keys=1M/run=serial", ourTB, "", "xrate-map", 0.6))
+
+	// Parallel on distinct keys: scales, and beats every peer's parallel figure.
+	for _, n := range []string{"10k", "1M"} {
+		par, ser := "Keys/keys="+n+"/run=parallel", "Keys/keys="+n+"/run=serial"
+		add(r.ratioCheck(n+" keys, parallel: ≤ 0.6× our serial", par, ourTB, ser, ourTB, 0.6))
+		c := check{target: n + " keys, parallel: faster than every peer's parallel"}
+		if ns, ok := r.get(par, ourTB, "ns/op"); ok {
+			best, bestName := 0.0, ""
+			for _, im := range r.impls {
+				if strings.HasPrefix(im, "ours-") {
+					continue
+				}
+				if v, ok := r.get(par, im, "ns/op"); ok && (bestName == "" || v < best) {
+					best, bestName = v, im
+				}
+			}
+			if bestName != "" {
+				c.ran, c.met = true, ns < best
+				c.measured = fmt.Sprintf("%.2f× the best peer, %s (%s / %s ns)", ns/best, bestName, num(ns), num(best))
+			}
+		}
+		add(c)
+	}
+
+	// Allocations, and every algorithm near the token bucket.
+	for _, im := range r.ours("OneKey", "Keys") {
+		c := check{target: im + ": 0 allocs/op in every one-key and keyed run", ran: true, met: true}
+		worst := 0.0
+		for _, sc := range r.scenarios {
+			if g := group(sc); g != "OneKey" && g != "Keys" {
+				continue
+			}
+			if a, ok := r.get(sc, im, "allocs/op"); ok && a > worst {
+				worst = a
+				c.measured = fmt.Sprintf("%s allocs/op in %s", num(a), label(sc))
+			}
+		}
+		if worst == 0 {
+			c.measured = "0"
+		}
+		c.met = worst == 0
+		add(c)
+		if im == ourTB {
+			continue
+		}
+		for _, sc := range []string{"OneKey/path=allow/run=serial", "Keys/keys=10k/run=serial"} {
+			if _, ok := r.get(sc, im, "ns/op"); !ok {
+				continue // not every algorithm runs every scenario
+			}
+			add(r.ratioCheck(im+", "+label(sc)+": ≤ 1.5× "+ourTB+" (sliding log excepted for large limits)", sc, im, "", ourTB, 1.5))
+		}
+	}
+
+	// Memory.
+	for _, im := range []string{ourTB, "ours-leakybucket", "ours-fixedwindow"} {
+		c := check{target: im + ": ≤ 64 B per key after 1M keys"}
+		if v, ok := r.get("Memory/keys=1M", im, "B/key"); ok {
+			c.ran, c.met, c.measured = true, v <= 64, num(v)+" B/key"
+		}
+		if im == ourTB || c.ran {
+			add(c)
+		}
+	}
+	for _, im := range r.ours("Memory") {
+		c := check{target: im + ": memory comes back after keys go idle (≤ 10% of the flood still held)"}
+		if v, ok := r.get("Memory/keys=1M", im, "idle-%"); ok {
+			c.ran, c.met, c.measured = true, v <= 10, fmt.Sprintf("%.1f%% still held", v)
+		}
+		add(c)
+	}
+
+	// Bulkhead.
+	add(r.ratioCheck("bulkhead, serial: ≤ 0.6× x/sync/semaphore", "Bulkhead/run=serial", "ours-bulkhead", "", "xsync-semaphore", 0.6))
+	add(r.fasterCheck("bulkhead, parallel: faster than x/sync/semaphore", "Bulkhead/run=parallel", "ours-bulkhead", "xsync-semaphore"))
+	return cs
+}
+
+func reportTargets(w io.Writer, r *results) {
+	cs := r.checks()
+	fmt.Fprintf(w, "Issue 7's targets, in this run:\n\n| target | measured | verdict |\n|---|---|---|\n")
+	for _, c := range cs {
+		m := c.measured
+		if !c.ran {
+			m = "—"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s |\n", c.target, m, c.verdict())
+	}
+	fmt.Fprintln(w)
+}

@@ -1,0 +1,104 @@
+// Package redis runs the ratelimit algorithms on Redis, so that every
+// instance of a service shares one limit per key: TokenBucket, LeakyBucket,
+// FixedWindow, SlidingLog and SlidingWindowCounter, each a
+// ratelimit.Limiter whose decisions are those of the in-memory type of the
+// same name, to the nanosecond; and Bulkhead, at most n calls in flight
+// per key across instances, with leases that expire when a holder dies. It
+// is a module of its own, so that users of the core never download a Redis
+// client.
+//
+// The package is named redis, like the go-redis client it takes; import one
+// of them under another name:
+//
+//	import (
+//		goredis "github.com/redis/go-redis/v9"
+//		"github.com/ratelimitkit/ratelimit"
+//		rlredis "github.com/ratelimitkit/ratelimit/redis"
+//	)
+//
+//	client := goredis.NewClient(&goredis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
+//	lim, err := rlredis.NewTokenBucket(client, ratelimit.PerSecond(10), 20, rlredis.WithPrefix("api:"))
+//	...
+//	if !lim.Allow(clientIP) { ... }
+//
+// # One round trip per decision
+//
+// Each decision runs one Lua script in Redis (EVALSHA; EVAL when Redis
+// answers NOSCRIPT, after a restart or SCRIPT FLUSH), which reads the key's
+// state, applies the algorithm's step and writes the state back,
+// atomically: there is no read-then-write from the client. Reservation.Cancel
+// sends one more script, which gives the booking back if it is not yet due.
+// Redis 3.2 or later is needed (the scripts read TIME before writing);
+// the tests run against Redis 7.
+//
+// # Clock
+//
+// The scripts take the time from the Redis server (TIME), so application
+// servers whose clocks disagree still share one consistent limit. The
+// limiter's own clock (WithClock, the system clock by default) is used only
+// on the Go side: for Wait's timers, for Reservation.Delay (the time to act
+// is the local time the reply arrived plus the server's delay, so never
+// early and at most a round trip late), for the deny-cache and the FailLocal
+// limiter, and, for the window algorithms, as a reference point near the
+// server's time (see FixedWindow); a skew of days changes no decision.
+//
+// # Exact arithmetic in Lua
+//
+// Lua in Redis computes with doubles, exact for integers below 2^53, and a
+// Unix time in nanoseconds (about 1.8e18) is not. The scripts never hold
+// one in a number: they split TIME, and the decimal strings of Unix
+// nanoseconds that keys store, into seconds and nanoseconds, and compute
+// with instants relative to now, which stay below 2^53 ns (about 104 days).
+// To keep them there, spans (capacity/rate, a window) are at most 35 days
+// and bookings at most 30 days ahead (35 for FixedWindow); constructors
+// refuse larger spans with the core's error values, and Reserve refuses a
+// later booking (the Reservation is not OK), where the in-memory limiters
+// allow 36 years. Fractions of a nanosecond (3 per second spaces events
+// 333,333,333⅓ ns apart) are an integer numerator over the rate's count, as
+// in the core, so rates do not drift; products such as n intervals are
+// computed in Go (128-bit) and passed to the script, and the sliding window
+// counter's products of counts and nanoseconds are formed in 26-bit limbs.
+//
+// The tests replay the core's test vectors (testdata/vectors) and random
+// traces against Redis and the in-memory limiters side by side, and demand
+// equal Decisions and Reservations field for field. For that the scripts
+// can read the limiter's clock, sent with each call, instead of TIME: an
+// unexported option that only this package's tests can set.
+//
+// # Keys and Redis Cluster
+//
+// A user key k is stored under prefix + "{" + k + "}" + a suffix naming the
+// algorithm (":tb", ":lb", ":fw", ":sl" and ":slf", ":swc"; ":bh" for
+// Bulkhead). The braces make
+// k the Redis Cluster hash tag, so all the keys of one decision (the sliding
+// log has two) are in one slot, and the scripts work on a cluster. A key
+// that is empty or holds '{', '}' or '\' is escaped ('\' as `\\`, '{' as
+// `\(`, '}' as `\)`, the empty key as `\_`), so distinct keys never share a
+// Redis key and every tag is non-empty. Limiters with different parameters
+// must use different prefixes (WithPrefix; default "ratelimit:").
+//
+// Every key written carries a TTL ending at most 2 ms after the key is at
+// rest (back to its full allowance), so dropping it then changes no
+// decision; a key at rest is deleted rather than written, and a peek
+// (AllowN with n = 0) writes nothing.
+//
+// # Failures
+//
+// Each call to Redis is bounded by a timeout (WithTimeout, default 100 ms).
+// When Redis is unreachable, answers with an error, or does not answer in
+// time, the failure policy answers instead (WithFailurePolicy): FailLocal
+// (the default) asks an in-memory limiter of the same kind and parameters,
+// FailOpen allows, FailClosed refuses; the OnError hook (WithOnError) hears
+// of each failure. No method panics or blocks past the timeout, even with a
+// client whose I/O ignores contexts (go-redis without ContextTimeoutEnabled:
+// the call then runs on a helper goroutine; enabling it saves that
+// goroutine). A call that timed out may still have been applied by Redis.
+// A caller's context that ends first is not a failure: its error is
+// returned.
+//
+// With go-redis's defaults, a refused connection is dialled again and the
+// command retried until the timeout, so while Redis is down each call takes
+// the whole timeout; a client with MaxRetries: -1 and DialerRetries: 1
+// fails at once, and the failure policy answers in well under a
+// millisecond.
+package redis

@@ -1,0 +1,139 @@
+package redis
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+)
+
+// FixedWindow is ratelimit.FixedWindow on Redis: at most L events per key
+// in each window of length W, for a rate of L per W, windows aligned to the
+// Unix epoch on the Redis server's clock, shared by every limiter instance
+// that uses the same Redis, prefix and parameters. Its decisions, Reserve
+// and Cancel are those of ratelimit.FixedWindow (see there), to the
+// nanosecond.
+//
+// Aligning a window needs the server's time modulo W, which Lua's doubles
+// cannot compute from a Unix time in nanoseconds. So each call sends a
+// window boundary computed on the local clock (a multiple of W, in exact
+// integer arithmetic); the script finds the boundary of the server's now
+// from it in small, exact steps. The local clock only serves as that
+// reference: it may be off the server's by up to 50 days without changing
+// a decision (by much more, the call fails and the failure policy answers).
+//
+// The key holds "<window start, Unix ns> <count>", with a TTL ending at
+// most 2 ms after the key is at rest (its window has passed, or it counts
+// nothing and has begun).
+//
+// Limits beyond the in-memory type's: W at most 35 days, L at most 2^40,
+// and bookings (Reserve, Wait) at most 35 days ahead, so always into the
+// next window unless one is booked there already; a later booking is
+// refused (the Reservation is not OK).
+//
+// Build it with NewFixedWindow. It is safe for concurrent use. Most callers
+// want Allow.
+type FixedWindow struct {
+	limiter
+}
+
+var _ ratelimit.Limiter = (*FixedWindow)(nil)
+
+type fwAlgo struct {
+	limit, window int64
+}
+
+// NewFixedWindow returns a fixed-window limiter on Redis of rate.N events
+// per window of rate.Period, per key. It returns an error matching
+// ratelimit.ErrInvalidRate if the rate's count or period is not positive,
+// the count exceeds 2^40 or the period 35 days, and
+// ratelimit.ErrInvalidOption for a nil client or a bad option.
+func NewFixedWindow(client Client, rate ratelimit.Rate, opts ...Option) (*FixedWindow, error) {
+	if err := windowParams(rate); err != nil {
+		return nil, err
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	a := &fwAlgo{limit: rate.N, window: int64(rate.Period)}
+	l, err := newLimiter(client, fwScript, []string{":fw"}, int(rate.N), a, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
+		return ratelimit.NewFixedWindow(rate, o...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &FixedWindow{l}, nil
+}
+
+func (a *fwAlgo) args(dst []any, _, local int64) []any {
+	return append(dst, a.window, a.limit, strconv.FormatInt(windowStart(local, a.window), 10), int64(maxSpan))
+}
+
+// decision reads {ok, allowed, remaining, 0, ...}.
+func (a *fwAlgo) decision(r *reply, _ int64) ratelimit.Decision {
+	return ratelimit.Decision{
+		Allowed:    r.allowed,
+		Limit:      int(a.limit),
+		Remaining:  int(r.a),
+		RetryAfter: time.Duration(r.retry),
+		ResetAfter: time.Duration(r.reset),
+	}
+}
+
+// fwScript mirrors the core's fwAlgo.step and unstep; st is the key's
+// window start relative to now.
+const fwScript = `
+local W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[9])
+` + luaAlign + `
+local st, c
+local v = redis.call('GET', key)
+if v then
+  local a, b = string.match(v, '^(%-?%d+) (%d+)$')
+  if a then st, c = rel(a), tonumber(b) else v = nil end
+end
+
+local function put(s, k)
+  if -s >= W or (k == 0 and s <= 0) then
+    if v then redis.call('DEL', key) end
+    return
+  end
+  local rest = s + W
+  if k == 0 then rest = s end
+  put_until(key, abs(s) .. ' ' .. k, rest)
+end
+
+if op == 'u' then
+  local act = rel(ARGV[5])
+  if v and act >= 0 and st <= act and act < st + W then
+    put(st, c - math.min(n, c))
+    return 1
+  end
+  return 0
+end
+
+if not v or -st >= W then st, c = align(), 0 end -- a passed window counts nothing
+
+local function remaining(s, k)
+  if s > 0 then return 0 end
+  return L - k
+end
+local function reset(s, k)
+  if k == 0 then return math.max(s, 0) end
+  return math.max(s + W, 0)
+end
+
+if n == 0 then return {1, 1, remaining(st, c), 0, 0, reset(st, c), 0, abs(0)} end
+local target, total = st, c + n
+if n > L - c then target, total = st + W, n end
+local act = math.max(target, 0)
+local maxwait = tonumber(ARGV[5])
+if maxwait < 0 or maxwait > hz then maxwait = hz end
+if act > maxwait then
+  return {0, 0, remaining(st, c), 0, act, reset(st, c), act, abs(act)}
+end
+put(target, total)
+local allowed, rem = 0, 0
+if act == 0 then allowed, rem = 1, L - total end
+return {1, allowed, rem, 0, act, reset(target, total), act, abs(act)}
+`

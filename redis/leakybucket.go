@@ -1,0 +1,119 @@
+package redis
+
+import (
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+)
+
+// LeakyBucket is ratelimit.LeakyBucket on Redis: per key, a queue of at
+// most C events drained at rate r, so that what passes never bursts, shared
+// by every limiter instance that uses the same Redis, prefix and
+// parameters. Its decisions, Reserve (a place in the queue) and Cancel are
+// those of ratelimit.LeakyBucket (see there), to the nanosecond, on the
+// Redis server's clock.
+//
+// The key holds the end of the queue's last booked slot as
+// "<Unix ns> <numerator>" (an exact fraction of a nanosecond over the
+// rate's count), with a TTL ending at most 2 ms after the queue is empty.
+//
+// Limits beyond the in-memory type's: capacity/rate at most 35 days and a
+// rate's count at most 2^52. A full queue already bounds how far ahead a
+// booking goes.
+//
+// Build it with NewLeakyBucket. It is safe for concurrent use. Most callers
+// want Wait (to be shaped) or Allow (to drop what cannot go now).
+type LeakyBucket struct {
+	limiter
+}
+
+var _ ratelimit.Limiter = (*LeakyBucket)(nil)
+
+// lbAlgo has the token bucket's parameters, checked by the same code.
+type lbAlgo struct {
+	tbAlgo
+}
+
+// NewLeakyBucket returns a leaky bucket per key on Redis: a queue of
+// capacity events drained at rate. Its errors are NewTokenBucket's.
+func NewLeakyBucket(client Client, rate ratelimit.Rate, capacity int, opts ...Option) (*LeakyBucket, error) {
+	tb, err := newTBAlgo(rate, capacity)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	l, err := newLimiter(client, lbScript, []string{":lb"}, capacity, &lbAlgo{*tb}, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
+		return ratelimit.NewLeakyBucket(rate, capacity, o...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &LeakyBucket{l}, nil
+}
+
+// decision reads {ok, allowed, freeNs, freeFr, ...}: free is the span of
+// the free places (full - end of the queue), Remaining the whole slots in it.
+func (a *lbAlgo) decision(r *reply, _ int64) ratelimit.Decision {
+	return ratelimit.Decision{
+		Allowed:    r.allowed,
+		Limit:      int(a.capacity),
+		Remaining:  int(min(a.iv.count(r.a, r.b), a.capacity)),
+		RetryAfter: time.Duration(r.retry),
+		ResetAfter: time.Duration(r.reset),
+	}
+}
+
+// lbScript mirrors the core's lbAlgo.step and unstep. Instants are ns
+// relative to now with a numerator over den (see luaPrelude).
+const lbScript = luaFraction + `
+-- The end of the queue; a missing key is an empty queue (end = now).
+local en, ef = 0, 0
+local v = redis.call('GET', key)
+if v then
+  local a, b = string.match(v, '^(%-?%d+) (%d+)$')
+  if a then en, ef = rel(a), tonumber(b) else v = nil end
+end
+
+local function put(sn, sf)
+  if le(sn, sf, 0, 0) then
+    if v then redis.call('DEL', key) end
+  else
+    put_until(key, abs(sn) .. ' ' .. sf, ceil(sn, sf))
+  end
+end
+
+if op == 'u' then
+  local act = rel(ARGV[5])
+  if not v or act < 0 then return 0 end -- started: the events have acted
+  local sn, sf = sub(en, ef, nivn, nivf)
+  if ceil(sn, sf) ~= act then return 0 end -- not the tail
+  put(sn, sf)
+  return 1
+end
+
+if en < 0 then en, ef = 0, 0 end -- the booking's first slot: max(end, now)
+local delay = ceil(en, ef)
+if n == 0 then
+  local fn, ff = sub(taun, tauf, en, ef)
+  return {1, 1, fn, ff, 0, delay, 0, abs(0)}
+end
+local xn, xf = add(en, ef, nivn, nivf)
+local fits = le(xn, xf, taun, tauf)
+local maxwait = tonumber(ARGV[5])
+if not fits or (maxwait >= 0 and delay > maxwait) then
+  local retry = delay -- the slot is too late: report the wait it needs
+  if not fits and (maxwait < 0 or delay <= maxwait) then
+    retry = ceil(sub(xn, xf, taun, tauf)) -- n places free then
+  end
+  local fn, ff = sub(taun, tauf, en, ef)
+  return {0, 0, fn, ff, retry, delay, retry, abs(retry)}
+end
+put(xn, xf)
+local fn, ff = sub(taun, tauf, xn, xf)
+local allowed = 0
+if delay == 0 then allowed = 1 end
+return {1, allowed, fn, ff, delay, ceil(xn, xf), delay, abs(delay)}
+`

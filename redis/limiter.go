@@ -1,0 +1,396 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// ErrUnavailable matches the errors of calls to Redis that failed (the
+// server unreachable, an error reply, no answer within the timeout). They
+// reach the OnError hook, and WaitN under FailClosed; other methods answer
+// with the failure policy instead.
+var ErrUnavailable = errors.New("ratelimit: redis unavailable")
+
+// Client is what the limiters need of a Redis client: *goredis.Client,
+// *goredis.ClusterClient, *goredis.Ring and goredis.UniversalClient all
+// implement it.
+type Client = goredis.Scripter
+
+// algorithm is what each limiter type adds to the shared machinery: its
+// script, its parameters, and how to read a step's reply.
+type algorithm interface {
+	// args appends the script's parameters (ARGV[6] on) for n events;
+	// local is the limiter's clock in Unix ns, a reference point near the
+	// server's time (see FixedWindow).
+	args(dst []any, n, local int64) []any
+	// decision builds the Decision of a step's reply for n events.
+	decision(r *reply, n int64) ratelimit.Decision
+}
+
+// reply is what every script's step returns:
+// {ok, allowed, a, b, retryAfter, resetAfter, actRel, actAbs}.
+// a and b are algorithm-specific (what Remaining is computed from); the
+// durations and actRel are in ns; actAbs is the booked instant in Unix ns.
+type reply struct {
+	ok, allowed          bool
+	a, b                 int64
+	retry, reset, actRel int64
+	actAbs               string
+}
+
+func parseReply(v any) (*reply, error) {
+	vs, ok := v.([]any)
+	if !ok || len(vs) != 8 {
+		return nil, fmt.Errorf("unexpected script reply %#v", v)
+	}
+	var ns [7]int64
+	for i := range ns {
+		x, ok := vs[i].(int64)
+		if !ok {
+			return nil, fmt.Errorf("unexpected script reply %#v", v)
+		}
+		ns[i] = x
+	}
+	act, ok := vs[7].(string)
+	if !ok {
+		return nil, fmt.Errorf("unexpected script reply %#v", v)
+	}
+	return &reply{ok: ns[0] == 1, allowed: ns[1] == 1, a: ns[2], b: ns[3],
+		retry: ns[4], reset: ns[5], actRel: ns[6], actAbs: act}, nil
+}
+
+// caller runs one script on a key's Redis keys, within the call timeout.
+type caller struct {
+	client Client
+	direct bool // the client bounds its I/O by the context's deadline
+	script *goredis.Script
+	suffix []string // of each Redis key of a call: KEYS[1], KEYS[2], ...
+	cfg    config
+}
+
+func newCaller(client Client, src string, suffix []string, cfg config) (caller, error) {
+	if isNil(client) {
+		return caller{}, fmt.Errorf("%w: nil redis client", ratelimit.ErrInvalidOption)
+	}
+	return caller{
+		client: client,
+		direct: honoursContext(client),
+		script: goredis.NewScript(luaPrelude + src),
+		suffix: suffix,
+		cfg:    cfg,
+	}, nil
+}
+
+// limiter is the machinery every algorithm type shares: it implements
+// ratelimit.Limiter over one script.
+type limiter struct {
+	caller
+	alg   algorithm
+	limit int
+	local ratelimit.Limiter // FailLocal only
+	deny  *denyCache        // nil: off
+}
+
+func newLimiter(client Client, src string, suffix []string, limit int, alg algorithm, cfg config,
+	newLocal func(opts ...ratelimit.Option) (ratelimit.Limiter, error)) (limiter, error) {
+	c, err := newCaller(client, src, suffix, cfg)
+	if err != nil {
+		return limiter{}, err
+	}
+	l := limiter{caller: c, alg: alg, limit: limit}
+	if cfg.policy == FailLocal {
+		opts := append(cfg.localOpts[:len(cfg.localOpts):len(cfg.localOpts)], ratelimit.WithClock(cfg.clock))
+		local, err := newLocal(opts...)
+		if err != nil {
+			return limiter{}, err
+		}
+		l.local = local
+	}
+	if cfg.denyKeys > 0 {
+		l.deny = newDenyCache(cfg.denyKeys)
+	}
+	return l, nil
+}
+
+// isNil reports whether c is nil or a nil pointer of a go-redis client.
+func isNil(c Client) bool {
+	switch c := c.(type) {
+	case nil:
+		return true
+	case *goredis.Client:
+		return c == nil
+	case *goredis.ClusterClient:
+		return c == nil
+	case *goredis.Ring:
+		return c == nil
+	}
+	return false
+}
+
+// honoursContext reports whether c bounds its socket I/O by the context's
+// deadline (go-redis does only with ContextTimeoutEnabled). Otherwise each
+// call runs on a helper goroutine that the caller stops waiting for at the
+// timeout.
+func honoursContext(c Client) bool {
+	switch c := c.(type) {
+	case *goredis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *goredis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *goredis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// Limit returns the most events the limiter allows a key at once.
+func (l *limiter) Limit() int { return l.limit }
+
+// Allow reports whether one event for key may happen now, and records it
+// if so. When Redis fails it returns the failure policy's answer.
+func (l *limiter) Allow(key string) bool {
+	d, err := l.AllowN(context.Background(), key, 1)
+	return err == nil && d.Allowed
+}
+
+// AllowN reports whether n events for key may happen now, all or nothing,
+// and records them if so, in one round trip. n == 0 peeks and writes
+// nothing. It returns ctx.Err() if ctx ends before Redis answers; when
+// Redis fails, the failure policy's answer with a nil error (see
+// FailurePolicy; FailOpen and FailClosed answer with Limit set, Remaining,
+// RetryAfter and ResetAfter zero, as the state is unknown).
+func (l *limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
+	if err := l.validN(n); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	if l.deny != nil && n > 0 {
+		if d, ok := l.deny.lookup(key, n, l.cfg.clock.Now()); ok {
+			return d, nil
+		}
+	}
+	r, err := l.step(ctx, key, n, 0)
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return ratelimit.Decision{}, cerr
+		}
+		l.fail(key, err)
+		switch l.cfg.policy {
+		case FailOpen:
+			return ratelimit.Decision{Allowed: true, Limit: l.limit}, nil
+		case FailClosed:
+			return ratelimit.Decision{Allowed: n == 0, Limit: l.limit}, nil
+		}
+		return l.local.AllowN(ctx, key, n)
+	}
+	d := l.alg.decision(r, int64(n))
+	if l.deny != nil && !d.Allowed && n > 0 {
+		l.deny.add(key, n, l.cfg.clock.Now(), d)
+	}
+	return d, nil
+}
+
+// Reserve books n events for key at the earliest time they conform, in
+// one round trip, and returns the booking; Cancel gives it back (one more
+// round trip) if it is not yet due on the server's clock. Bookings more
+// than the limiter's horizon ahead (see the type's doc) are refused: the
+// Reservation is not OK. It returns ctx.Err() if ctx ends before Redis
+// answers. When Redis fails: under FailOpen an OK reservation with no
+// delay, under FailClosed one that is not OK, under FailLocal the local
+// limiter's.
+func (l *limiter) Reserve(ctx context.Context, key string, n int) (*ratelimit.Reservation, error) {
+	if err := l.validN(n); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r, err := l.step(ctx, key, n, -1)
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, cerr
+		}
+		l.fail(key, err)
+		now := l.cfg.clock.Now()
+		switch l.cfg.policy {
+		case FailOpen:
+			return ratelimit.NewReservation(l.cfg.clock, true, ratelimit.Decision{Allowed: true, Limit: l.limit}, now, nil), nil
+		case FailClosed:
+			return ratelimit.NewReservation(l.cfg.clock, false, ratelimit.Decision{Limit: l.limit}, now, nil), nil
+		}
+		return l.local.Reserve(ctx, key, n)
+	}
+	return l.reservation(key, n, r), nil
+}
+
+// Wait is shorthand for WaitN(ctx, key, 1).
+func (l *limiter) Wait(ctx context.Context, key string) error { return l.WaitN(ctx, key, 1) }
+
+// WaitN blocks until n events for key may happen, and records them. The
+// rules are the in-memory limiters': if ctx is already done it returns
+// ctx.Err() and books nothing; if the needed delay would pass ctx's
+// deadline (measured on the time package's clock, as a deadline is an
+// instant of real time, before the round trip) it
+// fails at once, booking nothing, with a *ratelimit.LimitError matching
+// ratelimit.ErrLimited and context.DeadlineExceeded (a refusal for another
+// reason, such as a full leaky-bucket queue that frees in time, matches
+// only ratelimit.ErrLimited); if ctx ends during the
+// wait, the booking is given back and ctx.Err() returned. When Redis fails:
+// FailOpen returns nil at once, FailClosed an error matching
+// ErrUnavailable, FailLocal waits on the local limiter.
+func (l *limiter) WaitN(ctx context.Context, key string, n int) error {
+	if err := l.validN(n); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	var maxWait int64 = -1
+	if dl, ok := ctx.Deadline(); ok {
+		// A deadline is an instant of real time, whatever our clock.
+		maxWait = max(int64(time.Until(dl)), 0)
+	}
+	r, err := l.step(ctx, key, n, maxWait)
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		l.fail(key, err)
+		switch l.cfg.policy {
+		case FailOpen:
+			return nil
+		case FailClosed:
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		return l.local.WaitN(ctx, key, n)
+	}
+	res := l.reservation(key, n, r)
+	if !res.OK() {
+		// The deadline caused the refusal only if the events could not
+		// conform within it (not, say, a full leaky-bucket queue that
+		// frees in time).
+		retry := res.Decision().RetryAfter
+		return &ratelimit.LimitError{RetryAfter: retry, Deadline: maxWait >= 0 && retry > time.Duration(maxWait)}
+	}
+	delay := res.Delay()
+	if delay <= 0 {
+		return nil
+	}
+	t := l.cfg.clock.NewTimer(delay)
+	select {
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
+		t.Stop()
+		res.Cancel()
+		return ctx.Err()
+	}
+}
+
+// reservation turns a step's reply into a Reservation. The time to act is
+// the booked instant: in production, the local time the reply arrived plus
+// the server's delay (never early, at most a round trip late).
+func (l *limiter) reservation(key string, n int, r *reply) *ratelimit.Reservation {
+	d := l.alg.decision(r, int64(n))
+	var act time.Time
+	if l.cfg.clockTime {
+		ns, _ := strconv.ParseInt(r.actAbs, 10, 64)
+		act = time.Unix(0, ns)
+	} else {
+		act = l.cfg.clock.Now().Add(time.Duration(r.actRel))
+	}
+	var cancel func(time.Time)
+	if r.ok && n > 0 {
+		booked := r.actAbs
+		cancel = func(at time.Time) { l.unstep(key, n, booked, at) }
+	}
+	return ratelimit.NewReservation(l.cfg.clock, r.ok, d, act, cancel)
+}
+
+// step runs the script's step for n events that must conform within
+// maxWait ns (-1: within the horizon).
+func (l *limiter) step(ctx context.Context, key string, n int, maxWait int64) (*reply, error) {
+	local := l.cfg.clock.Now().UnixNano()
+	args := make([]any, 5, 12)
+	args[0], args[1], args[2], args[3], args[4] = "s", "", l.cfg.ttlPadMs, n, maxWait
+	if l.cfg.clockTime {
+		args[1] = strconv.FormatInt(local, 10)
+	}
+	v, err := l.eval(ctx, key, l.alg.args(args, int64(n), local))
+	if err != nil {
+		return nil, err
+	}
+	return parseReply(v)
+}
+
+// unstep gives back n events booked at the server instant booked, if at
+// (on the server's clock, or at itself in tests) has not passed it.
+func (l *limiter) unstep(key string, n int, booked string, at time.Time) {
+	args := []any{"u", "", l.cfg.ttlPadMs, n, booked}
+	if l.cfg.clockTime {
+		args[1] = strconv.FormatInt(at.UnixNano(), 10)
+	}
+	if _, err := l.eval(context.Background(), key, l.alg.args(args, int64(n), at.UnixNano())); err != nil {
+		l.fail(key, err)
+	}
+}
+
+// eval runs the script on key's Redis key within the call timeout. If the
+// client does not bound its I/O by the context, the call runs on a helper
+// goroutine and eval returns at the timeout all the same; the call then
+// completes or fails in the background, bounded by the client's own
+// timeouts. A call that timed out may still have been applied by Redis.
+func (l *caller) eval(ctx context.Context, key string, args []any) (any, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
+	defer cancel()
+	keys := make([]string, len(l.suffix))
+	for i, sfx := range l.suffix {
+		keys[i] = redisKey(l.cfg.prefix, key, sfx)
+	}
+	if l.direct {
+		return l.script.Run(ctx, l.client, keys, args...).Result()
+	}
+	type result struct {
+		v   any
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := l.script.Run(ctx, l.client, keys, args...).Result()
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// fail reports a failed call to the OnError hook.
+func (l *caller) fail(key string, err error) {
+	if l.cfg.onError != nil {
+		l.cfg.onError(key, fmt.Errorf("%w: %w", ErrUnavailable, err))
+	}
+}
+
+func (l *limiter) validN(n int) error {
+	if n < 0 {
+		return fmt.Errorf("%w: %d", ratelimit.ErrNegativeN, n)
+	}
+	if n > l.limit {
+		return fmt.Errorf("%w: %d > %d", ratelimit.ErrExceedsLimit, n, l.limit)
+	}
+	return nil
+}

@@ -1,0 +1,138 @@
+package redis
+
+// luaPrelude is the start of every script. It reads the common arguments,
+// takes the time, and defines the helpers for exact time arithmetic.
+//
+// Lua in Redis computes with doubles, exact for integers below 2^53. A Unix
+// time in nanoseconds (about 1.8e18) is not exact as a double, so no script
+// ever holds one in a number. Instead:
+//
+//   - now is a pair (now_s, now_ns): whole seconds and nanoseconds, from
+//     TIME (seconds and microseconds) or, in tests, from ARGV[2] (a decimal
+//     string of Unix nanoseconds);
+//   - every instant a script computes with is relative to now, in integer
+//     nanoseconds (rel), and the algorithms' spans are bounded so that
+//     |rel| stays below 2^53 (about 104 days; see maxSpan and horizon);
+//   - instants are stored in Redis as exact decimal strings of Unix
+//     nanoseconds, split into seconds and nanoseconds by string operations
+//     when read (rel) and joined the same way when written (abs);
+//   - exact fractions of a nanosecond (a rate of 3/s spaces events
+//     333,333,333⅓ ns apart) are kept as an integer numerator over the
+//     rate's count, as the core does, and products such as n intervals are
+//     computed in Go and passed as arguments.
+//
+// Common arguments: KEYS[1] the key; ARGV[1] the operation ("s" step, "u"
+// unstep, algorithm-specific otherwise); ARGV[2] now in Unix ns, or "" for
+// the server's TIME (production); ARGV[3] milliseconds added to every TTL
+// (0 in production; tests that drive time themselves use a pad so keys do
+// not expire on the real clock before they are at rest on the test's);
+// ARGV[4] n; ARGV[5] the maximum wait in ns (-1: none) for a step, or the
+// booked instant for an unstep. Algorithm parameters follow from ARGV[6].
+const luaPrelude = `
+if redis.replicate_commands then redis.replicate_commands() end
+local E9 = 1000000000
+local FAR = 9000000000000000
+local key = KEYS[1]
+local op = ARGV[1]
+local pad = tonumber(ARGV[3])
+local n = tonumber(ARGV[4])
+
+-- split parses a decimal string of integer nanoseconds into (s, ns),
+-- 0 <= ns < 1e9, without ever holding the whole value in a double.
+local function split(str)
+  local neg = string.sub(str, 1, 1) == '-'
+  if neg then str = string.sub(str, 2) end
+  local s, ns = 0, tonumber(str)
+  if #str > 9 then
+    s = tonumber(string.sub(str, 1, -10))
+    ns = tonumber(string.sub(str, -9))
+  end
+  if neg then
+    if ns > 0 then s = -s - 1; ns = E9 - ns else s = -s end
+  end
+  return s, ns
+end
+
+local now_s, now_ns
+if ARGV[2] == '' then
+  local t = redis.call('TIME')
+  now_s = tonumber(t[1])
+  now_ns = tonumber(t[2]) * 1000
+else
+  now_s, now_ns = split(ARGV[2])
+end
+
+-- rel returns the stored instant str relative to now, in ns. Instants more
+-- than 9e6 s (104 days) away are clamped to -FAR or FAR: the algorithms'
+-- spans and booking horizon keep every live instant well inside.
+local function rel(str)
+  local s, ns = split(str)
+  local ds = s - now_s
+  if ds < -9000000 then return -FAR end
+  if ds > 9000000 then return FAR end
+  return ds * E9 + (ns - now_ns)
+end
+
+-- abs returns the instant r ns after now as a decimal string of Unix ns.
+local function abs(r)
+  local t = now_ns + r
+  local c = math.floor(t / E9)
+  local m = t - c * E9
+  if m < 0 then c = c - 1; m = m + E9 elseif m >= E9 then c = c + 1; m = m - E9 end
+  local s = now_s + c
+  if s >= 0 then
+    if s == 0 then return string.format('%d', m) end
+    return string.format('%d%09d', s, m)
+  end
+  if m > 0 then s = s + 1; m = E9 - m end
+  s = -s
+  if s == 0 then return string.format('-%d', m) end
+  return string.format('-%d%09d', s, m)
+end
+
+-- expire makes key k expire once it is at rest, r > 0 ns from now. On the
+-- server's clock (TIME) the expiry is absolute: PEXPIREAT the millisecond
+-- after the one holding now + r. Redis drops a key once the server's
+-- millisecond clock reaches its expiry (at once, if the script has run
+-- that long), so never before rest and at most 2 ms after, however long
+-- the script took since TIME. On a clock passed by a test, it is relative:
+-- PEXPIRE the whole milliseconds of r plus one, plus the test's pad.
+local function expire(k, r)
+  if ARGV[2] == '' then
+    redis.call('PEXPIREAT', k, now_s * 1000 + math.floor((now_ns + r) / 1000000) + 1)
+  else
+    redis.call('PEXPIRE', k, math.floor(r / 1000000) + 1 + pad)
+  end
+end
+-- put sets key k to v, expiring once at rest, r > 0 ns from now.
+local function put_until(k, v, r)
+  redis.call('SET', k, v)
+  expire(k, r)
+end
+`
+
+// luaWide defines exact products of integers below 2^52 as four limbs of
+// 26 bits, low first, and their comparison.
+const luaWide = `
+local B = 67108864 -- 2^26
+local function hilo(x) local h = math.floor(x / B); return h, x - h * B end
+local function mul(a, b)
+  local a1, a0 = hilo(a)
+  local b1, b0 = hilo(b)
+  local p = a0 * b0
+  local c = math.floor(p / B)
+  local l0 = p - c * B
+  p = a1 * b0 + a0 * b1 + c
+  c = math.floor(p / B)
+  local l1 = p - c * B
+  p = a1 * b1 + c
+  c = math.floor(p / B)
+  return {l0, l1, p - c * B, c}
+end
+local function wcmp(x, y)
+  for i = 4, 1, -1 do
+    if x[i] ~= y[i] then if x[i] < y[i] then return -1 end return 1 end
+  end
+  return 0
+end
+`

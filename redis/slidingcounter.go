@@ -1,0 +1,181 @@
+package redis
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+)
+
+// SlidingWindowCounter is ratelimit.SlidingWindowCounter on Redis: per key,
+// the previous window's count weighted by the share of it still inside the
+// sliding window, plus the current window's count, at most L per W;
+// windows aligned to the Unix epoch on the Redis server's clock, as for
+// FixedWindow (see there for how the script aligns them exactly). Its
+// decisions, Reserve and Cancel are those of ratelimit.SlidingWindowCounter
+// (see there, also for the approximation's worst case), to the nanosecond.
+//
+// The core compares prev·(W−e) + count·W with L·W in 128-bit integers; Lua
+// has only doubles, so the script forms these products exactly in four
+// 26-bit limbs, and finds quotients (how many events fit, how soon) from a
+// floating-point estimate corrected by exact comparisons.
+//
+// The key holds "<window start, Unix ns> <previous count> <count>", with a
+// TTL ending at most 2 ms after the key is at rest (no window it counts has
+// weight left).
+//
+// Limits beyond the in-memory type's: W at most 35 days, L at most 2^40,
+// and bookings (Reserve, Wait) at most 30 days ahead; a later booking is
+// refused (the Reservation is not OK).
+//
+// Build it with NewSlidingWindowCounter. It is safe for concurrent use.
+// Most callers want Allow.
+type SlidingWindowCounter struct {
+	limiter
+}
+
+var _ ratelimit.Limiter = (*SlidingWindowCounter)(nil)
+
+type swcAlgo struct {
+	limit, window int64
+}
+
+// NewSlidingWindowCounter returns a sliding window counter on Redis of
+// rate.N events per sliding window of rate.Period, per key. It returns an
+// error matching ratelimit.ErrInvalidRate if the rate's count or period is
+// not positive, the count exceeds 2^40 or the period 35 days, and
+// ratelimit.ErrInvalidOption for a nil client or a bad option.
+func NewSlidingWindowCounter(client Client, rate ratelimit.Rate, opts ...Option) (*SlidingWindowCounter, error) {
+	if err := windowParams(rate); err != nil {
+		return nil, err
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	a := &swcAlgo{limit: rate.N, window: int64(rate.Period)}
+	l, err := newLimiter(client, swcScript, []string{":swc"}, int(rate.N), a, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
+		return ratelimit.NewSlidingWindowCounter(rate, o...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &SlidingWindowCounter{l}, nil
+}
+
+func (a *swcAlgo) args(dst []any, _, local int64) []any {
+	return append(dst, a.window, a.limit, strconv.FormatInt(windowStart(local, a.window), 10), int64(horizon))
+}
+
+// decision reads {ok, allowed, remaining, 0, ...}.
+func (a *swcAlgo) decision(r *reply, _ int64) ratelimit.Decision {
+	return ratelimit.Decision{
+		Allowed:    r.allowed,
+		Limit:      int(a.limit),
+		Remaining:  int(r.a),
+		RetryAfter: time.Duration(r.retry),
+		ResetAfter: time.Duration(r.reset),
+	}
+}
+
+// luaSWCMath defines the counter's quotients over W and L: earliest and
+// remaining (the core's swcAlgo methods of those names).
+const luaSWCMath = luaWide + `
+-- earliest: the least e >= e0 with prev*(W-e) + count*W <= L*W; W if none
+-- below W. With k = floor((L-count)*W / prev), that is max(e0, W-k).
+local function earliest(prev, count, e0)
+  if prev == 0 or L - count >= prev then return e0 end -- k >= W
+  local T = mul(L - count, W)
+  local k = math.min(math.floor((L - count) / prev * W), W - 1)
+  while k > 0 and wcmp(mul(k, prev), T) > 0 do k = k - 1 end
+  while wcmp(mul(k + 1, prev), T) <= 0 do k = k + 1 end
+  return math.max(e0, W - k)
+end
+-- remaining: L - cur - ceil(prev*(W-e)/W), not below 0, at e = -s ns into
+-- the window s; 0 before it opens.
+local function remaining(s, prev, cur)
+  local e = -s
+  if e < 0 then return 0 end
+  local P = mul(prev, W - e)
+  local q = math.max(math.min(math.ceil(prev / W * (W - e)), prev), 0)
+  while q > 0 and wcmp(mul(q - 1, W), P) >= 0 do q = q - 1 end
+  while wcmp(mul(q, W), P) < 0 do q = q + 1 end
+  return math.max(L - cur - q, 0)
+end
+`
+
+// swcScript mirrors the core's swcAlgo.step and unstep; st is the key's
+// window start relative to now, so now lies e = -st into it.
+const swcScript = `
+local W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[9])
+` + luaAlign + luaSWCMath + `
+-- rest: when a key in window s with these counts is at rest.
+local function rest(s, prev, cur)
+  if cur > 0 then return s + 2 * W end
+  if prev > 0 then return s + W end
+  return s
+end
+
+local st, prev, cur
+local v = redis.call('GET', key)
+if v then
+  local a, b, c = string.match(v, '^(%-?%d+) (%d+) (%d+)$')
+  if a then st, prev, cur = rel(a), tonumber(b), tonumber(c) else v = nil end
+end
+
+local function put(s, p, c)
+  local r = rest(s, p, c)
+  if r <= 0 then
+    if v then redis.call('DEL', key) end
+    return
+  end
+  put_until(key, abs(s) .. ' ' .. p .. ' ' .. c, r)
+end
+
+if op == 'u' then
+  local act = rel(ARGV[5])
+  if not v or act < 0 then return 0 end
+  if st <= act and act < st + W then
+    put(st, prev, cur - math.min(n, cur))
+    return 1
+  elseif st - W <= act and act < st then
+    put(st, prev - math.min(n, prev), cur)
+    return 1
+  end
+  return 0
+end
+
+-- The window and counts as seen at now.
+if not v or -st >= 2 * W then
+  st, prev, cur = align(), 0, 0
+elseif -st >= W then
+  st, prev, cur = st + W, cur, 0
+end
+
+if n == 0 then
+  return {1, 1, remaining(st, prev, cur), 0, 0, math.max(rest(st, prev, cur), 0), 0, abs(0)}
+end
+local e0 = math.max(-st, 0)
+local ns, np, nc, act
+if n <= L - cur then
+  local e = earliest(prev, cur + n, e0)
+  if e < W then ns, np, nc, act = st, prev, cur + n, st + e end
+end
+if not ns then
+  local e = earliest(cur, n, 0)
+  if e < W then
+    ns, np, nc, act = st + W, cur, n, st + W + e
+  else
+    ns, np, nc, act = st + 2 * W, 0, n, st + 2 * W
+  end
+end
+local maxwait = tonumber(ARGV[5])
+if maxwait < 0 or maxwait > hz then maxwait = hz end
+if act > maxwait then
+  return {0, 0, remaining(st, prev, cur), 0, act, math.max(rest(st, prev, cur), 0), act, abs(act)}
+end
+put(ns, np, nc)
+local allowed, rem = 0, 0
+if act == 0 then allowed, rem = 1, remaining(ns, np, nc) end
+return {1, allowed, rem, 0, act, math.max(rest(ns, np, nc), 0), act, abs(act)}
+`

@@ -1,0 +1,177 @@
+package redis
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+)
+
+// SlidingLog is ratelimit.SlidingLog on Redis: exact, at most L events per
+// key in every interval of length W, for a rate of L per W, on the Redis
+// server's clock, shared by every limiter instance that uses the same
+// Redis, prefix and parameters. Its decisions, Reserve and Cancel are those
+// of ratelimit.SlidingLog (see there), to the nanosecond.
+//
+// Each key has two Redis keys in one hash slot: a list of the instants of
+// its logged events, oldest first, as decimal Unix nanoseconds (one entry
+// per event: memory O(L) per key, about 20 bytes an event), and the
+// instant before which nothing conforms (the newest instant dropped from
+// the log plus W). A decision reads O(log L) entries of the list; both keys
+// expire at most 2 ms after the key is at rest (every instant has left the
+// window).
+//
+// Limits beyond the in-memory type's: W at most 35 days, and bookings
+// (Reserve, Wait) at most 30 days ahead; a later booking is refused (the
+// Reservation is not OK). L is at most 1,048,576, as in memory.
+//
+// Build it with NewSlidingLog. It is safe for concurrent use. Most callers
+// want Allow.
+type SlidingLog struct {
+	limiter
+}
+
+var _ ratelimit.Limiter = (*SlidingLog)(nil)
+
+// maxLogLimit is the in-memory SlidingLog's bound on L.
+const maxLogLimit = 1 << 20
+
+type slAlgo struct {
+	limit, window int64
+}
+
+// NewSlidingLog returns a sliding log on Redis of rate.N events per sliding
+// window of rate.Period, per key. It returns an error matching
+// ratelimit.ErrInvalidRate if the rate's count or period is not positive,
+// the count exceeds 1,048,576 or the period 35 days, and
+// ratelimit.ErrInvalidOption for a nil client or a bad option.
+func NewSlidingLog(client Client, rate ratelimit.Rate, opts ...Option) (*SlidingLog, error) {
+	if err := windowParams(rate); err != nil {
+		return nil, err
+	}
+	if rate.N > maxLogLimit {
+		return nil, fmt.Errorf("%w: a sliding log of %d events per key; the limit is %d (use SlidingWindowCounter)", ratelimit.ErrInvalidRate, rate.N, maxLogLimit)
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	a := &slAlgo{limit: rate.N, window: int64(rate.Period)}
+	l, err := newLimiter(client, slScript, []string{":sl", ":slf"}, int(rate.N), a, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
+		return ratelimit.NewSlidingLog(rate, o...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &SlidingLog{l}, nil
+}
+
+func (a *slAlgo) args(dst []any, _, _ int64) []any {
+	return append(dst, a.window, a.limit, int64(horizon))
+}
+
+// decision reads {ok, allowed, remaining, 0, ...}.
+func (a *slAlgo) decision(r *reply, _ int64) ratelimit.Decision {
+	return ratelimit.Decision{
+		Allowed:    r.allowed,
+		Limit:      int(a.limit),
+		Remaining:  int(r.a),
+		RetryAfter: time.Duration(r.retry),
+		ResetAfter: time.Duration(r.reset),
+	}
+}
+
+// slScript mirrors the core's slAlgo.step and unstep. KEYS[1] is the log,
+// KEYS[2] the floor; instants are relative to now.
+const slScript = `
+local W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local fkey = KEYS[2]
+local NONE = -2 * FAR -- no floor yet
+
+local N = redis.call('LLEN', key)
+local floor = NONE
+local fv = redis.call('GET', fkey)
+if fv then floor = rel(fv) end
+
+local function at(i) return rel(redis.call('LINDEX', key, i)) end
+-- after returns the index of the oldest instant later than t; N if none.
+local function after(t)
+  local lo, hi = 0, N
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if at(mid) <= t then lo = mid + 1 else hi = mid end
+  end
+  return lo
+end
+local newest = NONE
+if N > 0 then newest = at(N - 1) end
+
+local function remaining(from)
+  if from > 0 then return 0 end
+  return L - (N - after(-W))
+end
+local function reset()
+  local t = floor
+  if N > 0 then t = math.max(t, newest + W) end
+  if t <= 0 then return 0 end
+  return t
+end
+-- store sets both keys to expire when the log is at rest, or deletes them.
+local function store()
+  local r = reset()
+  if r == 0 then
+    redis.call('DEL', key, fkey)
+    return
+  end
+  if N > 0 then expire(key, r) end
+  if floor > NONE then put_until(fkey, abs(floor), r) end
+end
+-- drop removes the k oldest instants and raises floor to when the newest
+-- of them leaves the window.
+local function drop(k)
+  if k == 0 then return end
+  floor = math.max(floor, at(k - 1) + W)
+  redis.call('LTRIM', key, k, -1)
+  N = N - k
+end
+
+if op == 'u' then
+  local act = rel(ARGV[5])
+  if act < 0 or N == 0 then return 0 end
+  local m = redis.call('LREM', key, -n, ARGV[5])
+  if m == 0 then return 0 end
+  N = N - m
+  newest = NONE
+  if N > 0 then newest = at(N - 1) end
+  store()
+  return 1
+end
+
+local from = math.max(0, floor, newest)
+if n == 0 then return {1, 1, remaining(from), 0, 0, reset(), 0, abs(0)} end
+local act = from
+local j = N - (L - n) - 1
+if j >= 0 then act = math.max(act, at(j) + W) end
+local maxwait = tonumber(ARGV[5])
+if maxwait < 0 or maxwait > hz then maxwait = hz end
+if act > maxwait then
+  return {0, 0, remaining(from), 0, act, reset(), act, abs(act)}
+end
+drop(after(-W))
+if N + n - L > 0 then drop(N + n - L) end
+local a = abs(act)
+local vals = {}
+for i = 1, math.min(n, 1000) do vals[i] = a end
+local left = n
+while left > 0 do
+  local k = math.min(left, 1000)
+  redis.call('RPUSH', key, unpack(vals, 1, k))
+  left = left - k
+end
+N = N + n
+newest = act
+store()
+local allowed, rem = 0, 0
+if act == 0 then allowed, rem = 1, L - N end
+return {1, allowed, rem, 0, act, act + W, act, a}
+`

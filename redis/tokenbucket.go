@@ -1,0 +1,185 @@
+package redis
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+)
+
+// Bounds that keep every instant a script computes with exact in Lua's
+// doubles (below 2^53 ns, about 104 days, from now): an algorithm's span
+// (capacity/rate, a window) is at most maxSpan, and a booking is made at
+// most horizon ahead. The in-memory limiters allow spans up to 73 years.
+const (
+	maxSpan = 35 * 24 * time.Hour
+	horizon = 30 * 24 * time.Hour
+	// maxDen bounds a rate's count, the denominator of exact fractions of
+	// a nanosecond, so that the sum of two numerators stays exact.
+	maxDen = 1 << 52
+)
+
+// TokenBucket is ratelimit.TokenBucket on Redis: a bucket of capacity C per
+// key, refilled at rate r, shared by every limiter instance (and service
+// replica) that uses the same Redis, prefix and parameters. Its decisions
+// are those of ratelimit.TokenBucket, to the nanosecond, on the Redis
+// server's clock: it is the same GCRA, keeping per key the theoretical
+// arrival time (TAT) in integer nanoseconds plus an exact fraction.
+//
+// Each decision is one round trip running a Lua script. The key holds the
+// TAT as a string "<Unix ns> <numerator>" with a TTL ending at most 2 ms
+// after the bucket is full again (TAT <= now, the key at rest); a key at
+// rest is deleted, not written.
+//
+// Limits beyond the in-memory type's, for exact arithmetic in Lua:
+// capacity/rate at most 35 days, a rate's count at most 2^52, and bookings
+// (Reserve, Wait) at most 30 days ahead; a later booking is refused (the
+// Reservation is not OK).
+//
+// Build it with NewTokenBucket. It is safe for concurrent use. Most callers
+// want Allow.
+type TokenBucket struct {
+	limiter
+}
+
+var _ ratelimit.Limiter = (*TokenBucket)(nil)
+
+type tbAlgo struct {
+	iv       interval
+	capacity int64
+	tauNs    int64 // C intervals: the burst tolerance
+	tauFr    int64
+}
+
+// NewTokenBucket returns a token bucket per key on Redis, of the given
+// capacity, refilled at rate. It returns an error matching
+// ratelimit.ErrInvalidRate if the rate's count or period is not positive or
+// the count exceeds 2^52, ratelimit.ErrInvalidCapacity if capacity is not
+// positive or capacity/rate exceeds 35 days, and ratelimit.ErrInvalidOption
+// for a nil client or a bad option. It sends nothing to Redis: the script
+// is loaded on first use (and again if Redis loses it).
+func NewTokenBucket(client Client, rate ratelimit.Rate, capacity int, opts ...Option) (*TokenBucket, error) {
+	a, err := newTBAlgo(rate, capacity)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	l, err := newLimiter(client, tbScript, []string{":tb"}, capacity, a, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
+		return ratelimit.NewTokenBucket(rate, capacity, o...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &TokenBucket{l}, nil
+}
+
+// newTBAlgo checks the parameters of a token or leaky bucket on Redis.
+func newTBAlgo(rate ratelimit.Rate, capacity int) (*tbAlgo, error) {
+	if !rate.Valid() || rate.N > maxDen {
+		return nil, fmt.Errorf("%w: %v (count must be in [1, 2^52] and period positive)", ratelimit.ErrInvalidRate, rate)
+	}
+	if capacity <= 0 {
+		return nil, fmt.Errorf("%w: capacity must be positive, got %d", ratelimit.ErrInvalidCapacity, capacity)
+	}
+	iv := newInterval(rate)
+	a := &tbAlgo{iv: iv, capacity: int64(capacity)}
+	if a.capacity > int64(maxSpan)/max(iv.q, 1) {
+		return nil, fmt.Errorf("%w: capacity %d at %v spans more than %v, the redis backend's bound", ratelimit.ErrInvalidCapacity, capacity, rate, maxSpan)
+	}
+	a.tauNs, a.tauFr = iv.times(a.capacity)
+	if a.tauNs >= int64(maxSpan) && (a.tauNs > int64(maxSpan) || a.tauFr > 0) {
+		return nil, fmt.Errorf("%w: capacity %d at %v spans more than %v, the redis backend's bound", ratelimit.ErrInvalidCapacity, capacity, rate, maxSpan)
+	}
+	return a, nil
+}
+
+func (a *tbAlgo) args(dst []any, n, _ int64) []any {
+	nivNs, nivFr := a.iv.times(n)
+	return append(dst, nivNs, nivFr, a.tauNs, a.tauFr, a.iv.den, int64(horizon))
+}
+
+// decision reads {ok, allowed, remNs, remFr, ...}: rem is the span of the
+// tokens left (full - TAT), Remaining the whole intervals in it.
+func (a *tbAlgo) decision(r *reply, n int64) ratelimit.Decision {
+	d := ratelimit.Decision{
+		Allowed:    r.allowed,
+		Limit:      int(a.capacity),
+		RetryAfter: time.Duration(r.retry),
+		ResetAfter: time.Duration(r.reset),
+	}
+	if !r.ok || r.allowed {
+		d.Remaining = int(min(a.iv.count(r.a, r.b), a.capacity))
+	}
+	return d
+}
+
+// luaFraction reads the buckets' parameters, n intervals (nivn, nivf) and
+// the burst tolerance (taun, tauf) as ns plus a numerator over den, and
+// defines exact sums, differences, comparison and ceiling of such values.
+const luaFraction = `
+local nivn, nivf = tonumber(ARGV[6]), tonumber(ARGV[7])
+local taun, tauf = tonumber(ARGV[8]), tonumber(ARGV[9])
+local den, hz = tonumber(ARGV[10]), tonumber(ARGV[11])
+
+local function add(a, af, b, bf)
+  local s, f = a + b, af + bf
+  if f >= den then s = s + 1; f = f - den end
+  return s, f
+end
+local function sub(a, af, b, bf)
+  local s, f = a - b, af - bf
+  if f < 0 then s = s - 1; f = f + den end
+  return s, f
+end
+local function le(a, af, b, bf) return a < b or (a == b and af <= bf) end
+local function ceil(a, af) if af > 0 then return a + 1 end return a end
+`
+
+// tbScript mirrors the core's tbAlgo.step and unstep. Instants are ns
+// relative to now with a numerator over den (see luaPrelude).
+const tbScript = luaFraction + `
+
+-- The TAT; a missing key is a full bucket (TAT = now).
+local tn, tf = 0, 0
+local v = redis.call('GET', key)
+if v then
+  local a, b = string.match(v, '^(%-?%d+) (%d+)$')
+  if a then tn, tf = rel(a), tonumber(b) end
+end
+
+local function put(sn, sf)
+  if le(sn, sf, 0, 0) then
+    if v then redis.call('DEL', key) end
+  else
+    put_until(key, abs(sn) .. ' ' .. sf, ceil(sn, sf))
+  end
+end
+
+if op == 'u' then
+  if v and rel(ARGV[5]) >= 0 then -- not yet due: give the tokens back
+    local sn, sf = sub(tn, tf, nivn, nivf)
+    put(sn, sf)
+    return 1
+  end
+  return 0
+end
+
+local maxwait = tonumber(ARGV[5])
+if maxwait < 0 or maxwait > hz then maxwait = hz end
+if tn < 0 then tn, tf = 0, 0 end -- base = max(TAT, now)
+local xn, xf = add(tn, tf, nivn, nivf)
+local delay = 0
+if not le(xn, xf, taun, tauf) then delay = ceil(sub(xn, xf, taun, tauf)) end
+if delay > maxwait then
+  local rn, rf = sub(taun, tauf, tn, tf)
+  return {0, 0, rn, rf, delay, ceil(tn, tf), delay, abs(delay)}
+end
+if n > 0 then put(xn, xf) end
+local rn, rf = sub(taun, tauf, xn, xf)
+local allowed = 0
+if delay == 0 then allowed = 1 end
+return {1, allowed, rn, rf, delay, ceil(xn, xf), delay, abs(delay)}
+`

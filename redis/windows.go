@@ -1,0 +1,48 @@
+package redis
+
+import (
+	"fmt"
+
+	"github.com/ratelimitkit/ratelimit"
+)
+
+// What the window algorithms (FixedWindow, SlidingLog, SlidingWindowCounter)
+// share.
+
+// maxWindowLimit bounds the window algorithms' L, so that counts and the
+// products the sliding window counter forms stay exact.
+const maxWindowLimit = 1 << 40
+
+// windowParams checks a rate for the window algorithms on Redis.
+func windowParams(rate ratelimit.Rate) error {
+	if !rate.Valid() || rate.N > maxWindowLimit || rate.Period > maxSpan {
+		return fmt.Errorf("%w: %v (the redis backend needs a count in [1, 2^40] and a period in (0, %v])", ratelimit.ErrInvalidRate, rate, maxSpan)
+	}
+	return nil
+}
+
+// windowStart returns t rounded down to a multiple of w.
+func windowStart(t, w int64) int64 {
+	m := t % w
+	if m < 0 {
+		m += w
+	}
+	return t - m
+}
+
+// luaAlign defines align(), the start of the window of length W holding
+// now, relative to now (so in (-W, 0]), from ARGV[8], a window boundary
+// near now in Unix ns. Its distance d from now, at most 92 days (the
+// local clock's skew plus up to W), is exact, and so is d + ⌊-d/W⌋·W once
+// corrected by one W for the rounding of the division.
+const luaAlign = `
+local function align()
+  local d = rel(ARGV[8])
+  if d <= -8000000000000000 or d >= 8000000000000000 then
+    error('ratelimit: the local clock is too far off the server clock')
+  end
+  local st = d + math.floor(-d / W) * W
+  if st > 0 then st = st - W elseif st <= -W then st = st + W end
+  return st
+end
+`
