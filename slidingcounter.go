@@ -32,7 +32,10 @@ import (
 //
 // Reserve books the events at the earliest instant from now at which they
 // conform, counting everything booked before them, so bookings are served
-// in order. A booking in a later window closes the windows before it:
+// in order, with one exception: after a Cancel has given back events of
+// the window before the key's window, the lighter weight can let a new
+// booking act before earlier ones still pending (the limit still holds).
+// A booking in a later window closes the windows before it:
 // until that window opens, Allow fails. Cancel, before the booked time,
 // subtracts the n events from the count of the window they were booked in,
 // if the state still keeps it (the key's window or the one before it);
