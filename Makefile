@@ -28,10 +28,10 @@ fmtcheck:
 vet:
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
 
-## lint: staticcheck over every module (installs it on first use).
+## lint: staticcheck (a pinned version, fetched on first use) over every module.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint: vet
-	@command -v staticcheck >/dev/null || $(GO) install honnef.co/go/tools/cmd/staticcheck@latest
-	@set -e; for m in $(MODULES); do (cd $$m && staticcheck ./...); done
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) run $(STATICCHECK) ./...); done
 
 ## bench: our limiters and the peers side by side (the benchmarks/ module):
 ## COUNT samples of each benchmark, BENCHTIME each, then a benchstat summary

@@ -208,7 +208,8 @@ func TestBulkheadReleaseWithoutAcquire(t *testing.T) {
 	}
 	// The count is intact: exactly 2 permits, not 3.
 	bhCheck(t, b, 0, 0)
-	if !b.TryAcquire() || !b.TryAcquire() || b.TryAcquire() {
+	first, second, third := b.TryAcquire(), b.TryAcquire(), b.TryAcquire()
+	if !first || !second || third {
 		t.Error("after the panic the bulkhead does not admit exactly 2")
 	}
 }

@@ -37,7 +37,7 @@ func TestKeyedBulkheadTryAcquire(t *testing.T) {
 	if kb.Keys() != 0 || kb.Limit() != 2 {
 		t.Fatalf("new: Keys() = %d, Limit() = %d; want 0, 2", kb.Keys(), kb.Limit())
 	}
-	if !kb.TryAcquire("a") || !kb.TryAcquire("a") {
+	if first, second := kb.TryAcquire("a"), kb.TryAcquire("a"); !first || !second {
 		t.Fatal("TryAcquire(a) = false within the limit")
 	}
 	if kb.TryAcquire("a") {
@@ -86,7 +86,8 @@ func TestKeyedBulkheadReleaseWithoutAcquire(t *testing.T) {
 	if kb.Keys() != 0 {
 		t.Errorf("Keys() = %d, want 0", kb.Keys())
 	}
-	if !kb.TryAcquire("a") || !kb.TryAcquire("a") || kb.TryAcquire("a") {
+	first, second, third := kb.TryAcquire("a"), kb.TryAcquire("a"), kb.TryAcquire("a")
+	if !first || !second || third {
 		t.Error("after the panics a does not admit exactly 2")
 	}
 }

@@ -210,10 +210,6 @@ func (r *Reservation) cancelAt(t time.Time) {
 	r.cancel(t)
 }
 
-// rollback gives the whole booking back, due or not. It is for undoing a
-// booking at the instant it was made (all-or-nothing across limits).
-func (r *Reservation) rollback() { r.cancelAt(r.act) }
-
 // validN checks n against a limit of max events at once.
 func validN(n, max int) error {
 	if n < 0 {

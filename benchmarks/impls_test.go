@@ -2,7 +2,6 @@ package benchmarks
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"sync"
 	"time"
@@ -417,14 +416,4 @@ var bulkheadImpls = []bulkheadImpl{
 		bh := failsafebulkhead.New[any](uint(n))
 		return bulkhead{tryAcquire: bh.TryAcquirePermit, release: bh.ReleasePermit}
 	}},
-}
-
-// implNamed returns the rate limiter named name.
-func implNamed(name string) impl {
-	for _, im := range impls {
-		if im.name == name {
-			return im
-		}
-	}
-	panic(fmt.Sprintf("no impl %q", name))
 }
