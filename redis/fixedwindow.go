@@ -1,9 +1,6 @@
 package redis
 
 import (
-	"strconv"
-	"time"
-
 	"github.com/ratelimitkit/ratelimit"
 )
 
@@ -39,10 +36,6 @@ type FixedWindow struct {
 
 var _ ratelimit.Limiter = (*FixedWindow)(nil)
 
-type fwAlgo struct {
-	limit, window int64
-}
-
 // NewFixedWindow returns a fixed-window limiter on Redis of rate.N events
 // per window of rate.Period, per key. It returns an error matching
 // ratelimit.ErrInvalidRate if the rate's count or period is not positive,
@@ -56,7 +49,7 @@ func NewFixedWindow(client Client, rate ratelimit.Rate, opts ...Option) (*FixedW
 	if err != nil {
 		return nil, err
 	}
-	a := &fwAlgo{limit: rate.N, window: int64(rate.Period)}
+	a := &windowAlgo{limit: rate.N, window: int64(rate.Period), horizon: int64(maxSpan), aligned: true}
 	l, err := newLimiter(client, fwScript, []string{":fw"}, int(rate.N), a, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
 		return ratelimit.NewFixedWindow(rate, o...)
 	})
@@ -64,21 +57,6 @@ func NewFixedWindow(client Client, rate ratelimit.Rate, opts ...Option) (*FixedW
 		return nil, err
 	}
 	return &FixedWindow{l}, nil
-}
-
-func (a *fwAlgo) args(dst []any, _, local int64) []any {
-	return append(dst, a.window, a.limit, strconv.FormatInt(windowStart(local, a.window), 10), int64(maxSpan))
-}
-
-// decision reads {ok, allowed, remaining, 0, ...}.
-func (a *fwAlgo) decision(r *reply, _ int64) ratelimit.Decision {
-	return ratelimit.Decision{
-		Allowed:    r.allowed,
-		Limit:      int(a.limit),
-		Remaining:  int(r.a),
-		RetryAfter: time.Duration(r.retry),
-		ResetAfter: time.Duration(r.reset),
-	}
 }
 
 // fwScript mirrors the core's fwAlgo.step and unstep; st is the key's

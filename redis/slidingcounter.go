@@ -1,9 +1,6 @@
 package redis
 
 import (
-	"strconv"
-	"time"
-
 	"github.com/ratelimitkit/ratelimit"
 )
 
@@ -36,10 +33,6 @@ type SlidingWindowCounter struct {
 
 var _ ratelimit.Limiter = (*SlidingWindowCounter)(nil)
 
-type swcAlgo struct {
-	limit, window int64
-}
-
 // NewSlidingWindowCounter returns a sliding window counter on Redis of
 // rate.N events per sliding window of rate.Period, per key. It returns an
 // error matching ratelimit.ErrInvalidRate if the rate's count or period is
@@ -53,7 +46,7 @@ func NewSlidingWindowCounter(client Client, rate ratelimit.Rate, opts ...Option)
 	if err != nil {
 		return nil, err
 	}
-	a := &swcAlgo{limit: rate.N, window: int64(rate.Period)}
+	a := &windowAlgo{limit: rate.N, window: int64(rate.Period), horizon: int64(horizon), aligned: true}
 	l, err := newLimiter(client, swcScript, []string{":swc"}, int(rate.N), a, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
 		return ratelimit.NewSlidingWindowCounter(rate, o...)
 	})
@@ -61,21 +54,6 @@ func NewSlidingWindowCounter(client Client, rate ratelimit.Rate, opts ...Option)
 		return nil, err
 	}
 	return &SlidingWindowCounter{l}, nil
-}
-
-func (a *swcAlgo) args(dst []any, _, local int64) []any {
-	return append(dst, a.window, a.limit, strconv.FormatInt(windowStart(local, a.window), 10), int64(horizon))
-}
-
-// decision reads {ok, allowed, remaining, 0, ...}.
-func (a *swcAlgo) decision(r *reply, _ int64) ratelimit.Decision {
-	return ratelimit.Decision{
-		Allowed:    r.allowed,
-		Limit:      int(a.limit),
-		Remaining:  int(r.a),
-		RetryAfter: time.Duration(r.retry),
-		ResetAfter: time.Duration(r.reset),
-	}
 }
 
 // luaSWCMath defines the counter's quotients over W and L: earliest and

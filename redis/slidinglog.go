@@ -2,7 +2,6 @@ package redis
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/ratelimitkit/ratelimit"
 )
@@ -36,10 +35,6 @@ var _ ratelimit.Limiter = (*SlidingLog)(nil)
 // maxLogLimit is the in-memory SlidingLog's bound on L.
 const maxLogLimit = 1 << 20
 
-type slAlgo struct {
-	limit, window int64
-}
-
 // NewSlidingLog returns a sliding log on Redis of rate.N events per sliding
 // window of rate.Period, per key. It returns an error matching
 // ratelimit.ErrInvalidRate if the rate's count or period is not positive,
@@ -56,7 +51,7 @@ func NewSlidingLog(client Client, rate ratelimit.Rate, opts ...Option) (*Sliding
 	if err != nil {
 		return nil, err
 	}
-	a := &slAlgo{limit: rate.N, window: int64(rate.Period)}
+	a := &windowAlgo{limit: rate.N, window: int64(rate.Period), horizon: int64(horizon)}
 	l, err := newLimiter(client, slScript, []string{":sl", ":slf"}, int(rate.N), a, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
 		return ratelimit.NewSlidingLog(rate, o...)
 	})
@@ -64,21 +59,6 @@ func NewSlidingLog(client Client, rate ratelimit.Rate, opts ...Option) (*Sliding
 		return nil, err
 	}
 	return &SlidingLog{l}, nil
-}
-
-func (a *slAlgo) args(dst []any, _, _ int64) []any {
-	return append(dst, a.window, a.limit, int64(horizon))
-}
-
-// decision reads {ok, allowed, remaining, 0, ...}.
-func (a *slAlgo) decision(r *reply, _ int64) ratelimit.Decision {
-	return ratelimit.Decision{
-		Allowed:    r.allowed,
-		Limit:      int(a.limit),
-		Remaining:  int(r.a),
-		RetryAfter: time.Duration(r.retry),
-		ResetAfter: time.Duration(r.reset),
-	}
 }
 
 // slScript mirrors the core's slAlgo.step and unstep. KEYS[1] is the log,

@@ -2,6 +2,8 @@ package redis
 
 import (
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/ratelimitkit/ratelimit"
 )
@@ -46,3 +48,30 @@ local function align()
   return st
 end
 `
+
+// windowAlgo is what the three window algorithms send to their scripts and
+// read back: ARGV window, limit, [the start of the local clock's window, an
+// exact reference for the alignment, if aligned], horizon; the reply
+// {ok, allowed, remaining, 0, ...}.
+type windowAlgo struct {
+	limit, window, horizon int64
+	aligned                bool
+}
+
+func (a *windowAlgo) args(dst []any, _, local int64) []any {
+	dst = append(dst, a.window, a.limit)
+	if a.aligned {
+		dst = append(dst, strconv.FormatInt(windowStart(local, a.window), 10))
+	}
+	return append(dst, a.horizon)
+}
+
+func (a *windowAlgo) decision(r *reply, _ int64) ratelimit.Decision {
+	return ratelimit.Decision{
+		Allowed:    r.allowed,
+		Limit:      int(a.limit),
+		Remaining:  int(r.a),
+		RetryAfter: time.Duration(r.retry),
+		ResetAfter: time.Duration(r.reset),
+	}
+}
