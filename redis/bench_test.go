@@ -76,10 +76,12 @@ func BenchmarkPingBaseline(b *testing.B) {
 
 // benchAlgorithms builds each algorithm for the benchmarks, at rates that
 // allow most calls; the window algorithms' test files add theirs.
-var benchAlgorithms = []struct {
+type benchAlgo struct {
 	name  string
-	build func(c Client, opts ...Option) (ratelimit.Limiter, error)
-}{
+	build builder
+}
+
+var benchAlgorithms = []benchAlgo{
 	{"TokenBucket", func(c Client, opts ...Option) (ratelimit.Limiter, error) {
 		return NewTokenBucket(c, ratelimit.PerSecond(1_000_000), 1000, opts...)
 	}},

@@ -26,7 +26,25 @@ type algoCase struct {
 	// step is the typical spacing of events, to scale the clock's moves.
 	step  time.Duration
 	core  func(clk ratelimit.Clock) (ratelimit.Limiter, error)
-	redis func(c Client, opts ...Option) (ratelimit.Limiter, error)
+	redis builder
+}
+
+// windowCase is the case of a window algorithm of the given rate, built by
+// core in memory and by redis on Redis.
+func windowCase(name string, rate ratelimit.Rate,
+	core func(ratelimit.Rate, ...ratelimit.Option) (ratelimit.Limiter, error),
+	redis func(Client, ratelimit.Rate, ...Option) (ratelimit.Limiter, error)) algoCase {
+	return algoCase{
+		name:  fmt.Sprintf("%s(%v)", name, rate),
+		limit: int(rate.N),
+		step:  rate.Period / time.Duration(rate.N),
+		core: func(clk ratelimit.Clock) (ratelimit.Limiter, error) {
+			return core(rate, ratelimit.WithClock(clk))
+		},
+		redis: func(c Client, opts ...Option) (ratelimit.Limiter, error) {
+			return redis(c, rate, opts...)
+		},
+	}
 }
 
 func tokenBucketCase(rate ratelimit.Rate, capacity int) algoCase {
@@ -222,5 +240,27 @@ func runTrace(t *testing.T, c algoCase, mc *ratelimit.ManualClock, core, rds rat
 	// A trace that never allows or never denies tests little.
 	if allowed == 0 || denied == 0 || booked == 0 {
 		t.Errorf("trace too one-sided: %d allowed, %d denied, %d booked", allowed, denied, booked)
+	}
+}
+
+// wrapCore and wrapRedis turn a constructor of a concrete limiter into one
+// of a ratelimit.Limiter (a nil interface, not a typed nil, on error).
+func wrapCore[L ratelimit.Limiter](f func(ratelimit.Rate, ...ratelimit.Option) (L, error)) func(ratelimit.Rate, ...ratelimit.Option) (ratelimit.Limiter, error) {
+	return func(r ratelimit.Rate, o ...ratelimit.Option) (ratelimit.Limiter, error) {
+		l, err := f(r, o...)
+		if err != nil {
+			return nil, err
+		}
+		return l, nil
+	}
+}
+
+func wrapRedis[L ratelimit.Limiter](f func(Client, ratelimit.Rate, ...Option) (L, error)) func(Client, ratelimit.Rate, ...Option) (ratelimit.Limiter, error) {
+	return func(c Client, r ratelimit.Rate, o ...Option) (ratelimit.Limiter, error) {
+		l, err := f(c, r, o...)
+		if err != nil {
+			return nil, err
+		}
+		return l, nil
 	}
 }

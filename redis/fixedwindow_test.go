@@ -2,7 +2,6 @@ package redis
 
 import (
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -10,17 +9,10 @@ import (
 )
 
 func init() {
-	hammerAlgorithms = append(hammerAlgorithms, struct {
-		name  string
-		exact bool
-		build func(c Client, opts ...Option) (ratelimit.Limiter, error)
-	}{"FixedWindow", true, func(c Client, opts ...Option) (ratelimit.Limiter, error) {
+	hammerAlgorithms = append(hammerAlgorithms, hammerAlgo{"FixedWindow", true, func(c Client, opts ...Option) (ratelimit.Limiter, error) {
 		return NewFixedWindow(c, ratelimit.Per(25, 35*24*time.Hour), opts...)
 	}})
-	benchAlgorithms = append(benchAlgorithms, struct {
-		name  string
-		build func(c Client, opts ...Option) (ratelimit.Limiter, error)
-	}{"FixedWindow", func(c Client, opts ...Option) (ratelimit.Limiter, error) {
+	benchAlgorithms = append(benchAlgorithms, benchAlgo{"FixedWindow", func(c Client, opts ...Option) (ratelimit.Limiter, error) {
 		return NewFixedWindow(c, ratelimit.PerSecond(1_000_000), opts...)
 	}})
 	extraCases = append(extraCases,
@@ -36,17 +28,7 @@ func init() {
 }
 
 func fixedWindowCase(rate ratelimit.Rate) algoCase {
-	return algoCase{
-		name:  fmt.Sprintf("FixedWindow(%v)", rate),
-		limit: int(rate.N),
-		step:  rate.Period / time.Duration(rate.N),
-		core: func(clk ratelimit.Clock) (ratelimit.Limiter, error) {
-			return ratelimit.NewFixedWindow(rate, ratelimit.WithClock(clk))
-		},
-		redis: func(c Client, opts ...Option) (ratelimit.Limiter, error) {
-			return NewFixedWindow(c, rate, opts...)
-		},
-	}
+	return windowCase("FixedWindow", rate, wrapCore(ratelimit.NewFixedWindow), wrapRedis(NewFixedWindow))
 }
 
 func TestWindowsInvalidInput(t *testing.T) {

@@ -209,14 +209,19 @@ func TestTTL(t *testing.T) {
 	}
 }
 
+// builder builds a limiter on Redis.
+type builder func(c Client, opts ...Option) (ratelimit.Limiter, error)
+
+type hammerAlgo struct {
+	name  string
+	exact bool // exactly the limit is allowed (else at most)
+	build builder
+}
+
 // hammerAlgorithms builds each algorithm with a limit of 25 per key and a
 // period so long that nothing refills during the test; the window
 // algorithms' test files add theirs.
-var hammerAlgorithms = []struct {
-	name  string
-	exact bool // exactly the limit is allowed (else at most)
-	build func(c Client, opts ...Option) (ratelimit.Limiter, error)
-}{
+var hammerAlgorithms = []hammerAlgo{
 	{"TokenBucket", true, func(c Client, opts ...Option) (ratelimit.Limiter, error) {
 		return NewTokenBucket(c, ratelimit.PerHour(1), 25, opts...)
 	}},

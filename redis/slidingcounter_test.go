@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"fmt"
 	"math/big"
 	"math/rand/v2"
 	"testing"
@@ -11,17 +10,10 @@ import (
 )
 
 func init() {
-	hammerAlgorithms = append(hammerAlgorithms, struct {
-		name  string
-		exact bool
-		build func(c Client, opts ...Option) (ratelimit.Limiter, error)
-	}{"SlidingWindowCounter", true, func(c Client, opts ...Option) (ratelimit.Limiter, error) {
+	hammerAlgorithms = append(hammerAlgorithms, hammerAlgo{"SlidingWindowCounter", true, func(c Client, opts ...Option) (ratelimit.Limiter, error) {
 		return NewSlidingWindowCounter(c, ratelimit.Per(25, 35*24*time.Hour), opts...)
 	}})
-	benchAlgorithms = append(benchAlgorithms, struct {
-		name  string
-		build func(c Client, opts ...Option) (ratelimit.Limiter, error)
-	}{"SlidingWindowCounter", func(c Client, opts ...Option) (ratelimit.Limiter, error) {
+	benchAlgorithms = append(benchAlgorithms, benchAlgo{"SlidingWindowCounter", func(c Client, opts ...Option) (ratelimit.Limiter, error) {
 		return NewSlidingWindowCounter(c, ratelimit.PerSecond(1_000_000), opts...)
 	}})
 	extraCases = append(extraCases,
@@ -38,17 +30,7 @@ func init() {
 }
 
 func slidingCounterCase(rate ratelimit.Rate) algoCase {
-	return algoCase{
-		name:  fmt.Sprintf("SlidingWindowCounter(%v)", rate),
-		limit: int(rate.N),
-		step:  rate.Period / time.Duration(rate.N),
-		core: func(clk ratelimit.Clock) (ratelimit.Limiter, error) {
-			return ratelimit.NewSlidingWindowCounter(rate, ratelimit.WithClock(clk))
-		},
-		redis: func(c Client, opts ...Option) (ratelimit.Limiter, error) {
-			return NewSlidingWindowCounter(c, rate, opts...)
-		},
-	}
+	return windowCase("SlidingWindowCounter", rate, wrapCore(ratelimit.NewSlidingWindowCounter), wrapRedis(NewSlidingWindowCounter))
 }
 
 // TestLuaCounterMath checks earliest and remaining, whose quotients come

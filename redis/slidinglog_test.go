@@ -1,24 +1,16 @@
 package redis
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
 )
 
 func init() {
-	hammerAlgorithms = append(hammerAlgorithms, struct {
-		name  string
-		exact bool
-		build func(c Client, opts ...Option) (ratelimit.Limiter, error)
-	}{"SlidingLog", true, func(c Client, opts ...Option) (ratelimit.Limiter, error) {
+	hammerAlgorithms = append(hammerAlgorithms, hammerAlgo{"SlidingLog", true, func(c Client, opts ...Option) (ratelimit.Limiter, error) {
 		return NewSlidingLog(c, ratelimit.PerHour(25), opts...)
 	}})
-	benchAlgorithms = append(benchAlgorithms, struct {
-		name  string
-		build func(c Client, opts ...Option) (ratelimit.Limiter, error)
-	}{"SlidingLog", func(c Client, opts ...Option) (ratelimit.Limiter, error) {
+	benchAlgorithms = append(benchAlgorithms, benchAlgo{"SlidingLog", func(c Client, opts ...Option) (ratelimit.Limiter, error) {
 		return NewSlidingLog(c, ratelimit.PerSecond(1000), opts...)
 	}})
 	extraCases = append(extraCases,
@@ -34,15 +26,5 @@ func init() {
 }
 
 func slidingLogCase(rate ratelimit.Rate) algoCase {
-	return algoCase{
-		name:  fmt.Sprintf("SlidingLog(%v)", rate),
-		limit: int(rate.N),
-		step:  rate.Period / time.Duration(rate.N),
-		core: func(clk ratelimit.Clock) (ratelimit.Limiter, error) {
-			return ratelimit.NewSlidingLog(rate, ratelimit.WithClock(clk))
-		},
-		redis: func(c Client, opts ...Option) (ratelimit.Limiter, error) {
-			return NewSlidingLog(c, rate, opts...)
-		},
-	}
+	return windowCase("SlidingLog", rate, wrapCore(ratelimit.NewSlidingLog), wrapRedis(NewSlidingLog))
 }
