@@ -155,21 +155,6 @@ func TestNewFixedWindowErrors(t *testing.T) {
 	}
 }
 
-func TestFixedWindowInvalidN(t *testing.T) {
-	fw, _ := newTestFixedWindow(t, PerSecond(3), winT0)
-	checkInvalidN(t, fw)
-}
-
-func TestFixedWindowWaitN(t *testing.T) {
-	fw, clock := newTestFixedWindow(t, PerSecond(3), winT0.Add(250*time.Millisecond))
-	checkWaitN(t, fw, clock)
-}
-
-func TestFixedWindowOneKeyConcurrent(t *testing.T) {
-	fw, _ := newTestFixedWindow(t, PerSecond(37), winT0)
-	checkOneKeyConcurrent(t, fw)
-}
-
 func TestFixedWindowExtremes(t *testing.T) {
 	fw, clock := newTestFixedWindow(t, Per(math.MaxInt64, time.Duration(maxSpan)), winT0)
 	checkExtremes(t, fw, clock, math.MaxInt)
@@ -206,45 +191,6 @@ func (o *fwOracle) allowN(key string, t int64, n int) Decision {
 		d.ResetAfter = time.Duration(end - t)
 	}
 	return d
-}
-
-func TestFixedWindowOracle(t *testing.T) {
-	for _, p := range []struct {
-		limit int
-		w     int64
-	}{{1, 1000}, {3, 1000}, {10, 997}, {5, int64(time.Second)}} {
-		for _, start := range winTraceStarts(p.w) {
-			t.Run(winName(p.limit, p.w, start), func(t *testing.T) {
-				for _, seed := range winSeeds[:3] {
-					rng := winRand(seed)
-					fw, clock := newTestFixedWindow(t, Per(int64(p.limit), time.Duration(p.w)), time.Unix(0, start))
-					checkWinOracle(t, fw, clock, newFWOracle(p.limit, p.w), winTrace(rng, 2000, start, p.w, p.limit), rng)
-				}
-			})
-		}
-	}
-}
-
-func TestFixedWindowRetryAfterExact(t *testing.T) {
-	for _, seed := range winSeeds {
-		rng := winRand(seed)
-		w := int64(1000)
-		fw, clock := newTestFixedWindow(t, Per(4, time.Duration(w)), winT0)
-		checkRetryExact(t, fw, clock, winTrace(rng, 2000, winT0.UnixNano(), w, 4))
-	}
-}
-
-func TestFixedWindowLossless(t *testing.T) {
-	for _, limit := range []int{1, 4} {
-		for _, seed := range winSeeds {
-			rng := winRand(seed)
-			w := int64(1000)
-			clock := NewManualClock(winT0)
-			kept, _ := NewFixedWindow(Per(int64(limit), time.Duration(w)), WithClock(clock))
-			swept, _ := NewFixedWindow(Per(int64(limit), time.Duration(w)), WithClock(clock), WithShards(1))
-			checkLossless(t, kept, swept, clock, winTrace(rng, 2000, winT0.UnixNano(), w, limit), rng)
-		}
-	}
 }
 
 // Whatever the mix of Allow, AllowN, Reserve and Cancel, and however the

@@ -244,21 +244,6 @@ func TestNewSlidingCounterErrors(t *testing.T) {
 	}
 }
 
-func TestSlidingCounterInvalidN(t *testing.T) {
-	sc, _ := newTestSlidingCounter(t, PerSecond(3), winT0)
-	checkInvalidN(t, sc)
-}
-
-func TestSlidingCounterWaitN(t *testing.T) {
-	sc, clock := newTestSlidingCounter(t, PerSecond(3), winT0.Add(250*time.Millisecond))
-	checkWaitN(t, sc, clock)
-}
-
-func TestSlidingCounterOneKeyConcurrent(t *testing.T) {
-	sc, _ := newTestSlidingCounter(t, PerSecond(37), winT0)
-	checkOneKeyConcurrent(t, sc)
-}
-
 // At the largest limit and window the 128-bit products neither overflow
 // nor lose a unit.
 func TestSlidingCounterExtremes(t *testing.T) {
@@ -363,45 +348,6 @@ func (o *swcOracle) allowN(key string, t int64, n int) Decision {
 		d.ResetAfter = time.Duration((k+1)*o.w - t)
 	}
 	return d
-}
-
-func TestSlidingCounterOracle(t *testing.T) {
-	for _, p := range []struct {
-		limit int
-		w     int64
-	}{{1, 1000}, {3, 1000}, {10, 997}, {5, int64(time.Second)}, {4, 3}} {
-		for _, start := range winTraceStarts(p.w) {
-			t.Run(winName(p.limit, p.w, start), func(t *testing.T) {
-				for _, seed := range winSeeds[:3] {
-					rng := winRand(seed)
-					sc, clock := newTestSlidingCounter(t, Per(int64(p.limit), time.Duration(p.w)), time.Unix(0, start))
-					checkWinOracle(t, sc, clock, newSWCOracle(p.limit, p.w), winTrace(rng, 2000, start, p.w, p.limit), rng)
-				}
-			})
-		}
-	}
-}
-
-func TestSlidingCounterRetryAfterExact(t *testing.T) {
-	for _, seed := range winSeeds {
-		rng := winRand(seed)
-		w := int64(1000)
-		sc, clock := newTestSlidingCounter(t, Per(4, time.Duration(w)), winT0)
-		checkRetryExact(t, sc, clock, winTrace(rng, 2000, winT0.UnixNano(), w, 4))
-	}
-}
-
-func TestSlidingCounterLossless(t *testing.T) {
-	for _, limit := range []int{1, 4} {
-		for _, seed := range winSeeds {
-			rng := winRand(seed)
-			w := int64(1000)
-			clock := NewManualClock(winT0)
-			kept, _ := NewSlidingWindowCounter(Per(int64(limit), time.Duration(w)), WithClock(clock))
-			swept, _ := NewSlidingWindowCounter(Per(int64(limit), time.Duration(w)), WithClock(clock), WithShards(1))
-			checkLossless(t, kept, swept, clock, winTrace(rng, 2000, winT0.UnixNano(), w, limit), rng)
-		}
-	}
 }
 
 // Whatever the mix of Allow, AllowN, Reserve and Cancel, and however the

@@ -139,21 +139,6 @@ func TestNewSlidingLogErrors(t *testing.T) {
 	}
 }
 
-func TestSlidingLogInvalidN(t *testing.T) {
-	sl, _ := newTestSlidingLog(t, PerSecond(3), winT0)
-	checkInvalidN(t, sl)
-}
-
-func TestSlidingLogWaitN(t *testing.T) {
-	sl, clock := newTestSlidingLog(t, PerSecond(3), winT0.Add(250*time.Millisecond))
-	checkWaitN(t, sl, clock)
-}
-
-func TestSlidingLogOneKeyConcurrent(t *testing.T) {
-	sl, _ := newTestSlidingLog(t, PerSecond(37), winT0)
-	checkOneKeyConcurrent(t, sl)
-}
-
 func TestSlidingLogExtremes(t *testing.T) {
 	sl, clock := newTestSlidingLog(t, Per(3, time.Duration(maxSpan)), winT0)
 	checkExtremes(t, sl, clock, 3)
@@ -231,45 +216,6 @@ func (o *slOracle) allowN(key string, t int64, n int) Decision {
 		d.ResetAfter = time.Duration(l[len(l)-1] + o.w - t)
 	}
 	return d
-}
-
-func TestSlidingLogOracle(t *testing.T) {
-	for _, p := range []struct {
-		limit int
-		w     int64
-	}{{1, 1000}, {3, 1000}, {10, 997}, {5, int64(time.Second)}} {
-		for _, start := range winTraceStarts(p.w) {
-			t.Run(winName(p.limit, p.w, start), func(t *testing.T) {
-				for _, seed := range winSeeds[:3] {
-					rng := winRand(seed)
-					sl, clock := newTestSlidingLog(t, Per(int64(p.limit), time.Duration(p.w)), time.Unix(0, start))
-					checkWinOracle(t, sl, clock, newSLOracle(p.limit, p.w), winTrace(rng, 2000, start, p.w, p.limit), rng)
-				}
-			})
-		}
-	}
-}
-
-func TestSlidingLogRetryAfterExact(t *testing.T) {
-	for _, seed := range winSeeds {
-		rng := winRand(seed)
-		w := int64(1000)
-		sl, clock := newTestSlidingLog(t, Per(4, time.Duration(w)), winT0)
-		checkRetryExact(t, sl, clock, winTrace(rng, 2000, winT0.UnixNano(), w, 4))
-	}
-}
-
-func TestSlidingLogLossless(t *testing.T) {
-	for _, limit := range []int{1, 4} {
-		for _, seed := range winSeeds {
-			rng := winRand(seed)
-			w := int64(1000)
-			clock := NewManualClock(winT0)
-			kept, _ := NewSlidingLog(Per(int64(limit), time.Duration(w)), WithClock(clock))
-			swept, _ := NewSlidingLog(Per(int64(limit), time.Duration(w)), WithClock(clock), WithShards(1))
-			checkLossless(t, kept, swept, clock, winTrace(rng, 2000, winT0.UnixNano(), w, limit), rng)
-		}
-	}
 }
 
 // Whatever the mix of Allow, AllowN, Reserve and Cancel, and however the
