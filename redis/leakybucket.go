@@ -70,24 +70,11 @@ func (a *lbAlgo) decision(r *reply, _ int64) ratelimit.Decision {
 // relative to now with a numerator over den (see luaPrelude).
 const lbScript = luaFraction + `
 -- The end of the queue; a missing key is an empty queue (end = now).
-local en, ef = 0, 0
-local v = redis.call('GET', key)
-if v then
-  local a, b = string.match(v, '^(%-?%d+) (%d+)$')
-  if a then en, ef = rel(a), tonumber(b) else v = nil end
-end
-
-local function put(sn, sf)
-  if le(sn, sf, 0, 0) then
-    if v then redis.call('DEL', key) end
-  else
-    put_until(key, abs(sn) .. ' ' .. sf, ceil(sn, sf))
-  end
-end
+local en, ef = get_instant()
 
 if op == 'u' then
   local act = rel(ARGV[5])
-  if not v or act < 0 then return 0 end -- started: the events have acted
+  if not held or act < 0 then return 0 end -- started: the events have acted
   local sn, sf = sub(en, ef, nivn, nivf)
   if ceil(sn, sf) ~= act then return 0 end -- not the tail
   put(sn, sf)

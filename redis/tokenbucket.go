@@ -118,7 +118,8 @@ func (a *tbAlgo) decision(r *reply, n int64) ratelimit.Decision {
 
 // luaFraction reads the buckets' parameters, n intervals (nivn, nivf) and
 // the burst tolerance (taun, tauf) as ns plus a numerator over den, and
-// defines exact sums, differences, comparison and ceiling of such values.
+// defines exact sums, differences, comparison and ceiling of such values,
+// and how the buckets read and write the one instant they keep per key.
 const luaFraction = `
 local nivn, nivf = tonumber(ARGV[6]), tonumber(ARGV[7])
 local taun, tauf = tonumber(ARGV[8]), tonumber(ARGV[9])
@@ -136,6 +137,28 @@ local function sub(a, af, b, bf)
 end
 local function le(a, af, b, bf) return a < b or (a == b and af <= bf) end
 local function ceil(a, af) if af > 0 then return a + 1 end return a end
+
+-- The key's instant, relative to now, and whether the key holds one: a
+-- missing or unreadable key reads as now (a full bucket, an empty queue).
+local held = false
+local function get_instant()
+  local v = redis.call('GET', key)
+  if v then
+    local a, b = string.match(v, '^(%-?%d+) (%d+)$')
+    if a then held = true; return rel(a), tonumber(b) end
+  end
+  return 0, 0
+end
+
+-- put stores the instant sn + sf/den until it passes, or deletes the key
+-- if it has passed (the key is then at rest).
+local function put(sn, sf)
+  if le(sn, sf, 0, 0) then
+    if held then redis.call('DEL', key) end
+  else
+    put_until(key, abs(sn) .. ' ' .. sf, ceil(sn, sf))
+  end
+end
 `
 
 // tbScript mirrors the core's tbAlgo.step and unstep. Instants are ns
@@ -143,23 +166,10 @@ local function ceil(a, af) if af > 0 then return a + 1 end return a end
 const tbScript = luaFraction + `
 
 -- The TAT; a missing key is a full bucket (TAT = now).
-local tn, tf = 0, 0
-local v = redis.call('GET', key)
-if v then
-  local a, b = string.match(v, '^(%-?%d+) (%d+)$')
-  if a then tn, tf = rel(a), tonumber(b) end
-end
-
-local function put(sn, sf)
-  if le(sn, sf, 0, 0) then
-    if v then redis.call('DEL', key) end
-  else
-    put_until(key, abs(sn) .. ' ' .. sf, ceil(sn, sf))
-  end
-end
+local tn, tf = get_instant()
 
 if op == 'u' then
-  if v and rel(ARGV[5]) >= 0 then -- not yet due: give the tokens back
+  if held and rel(ARGV[5]) >= 0 then -- not yet due: give the tokens back
     local sn, sf = sub(tn, tf, nivn, nivf)
     put(sn, sf)
     return 1
