@@ -101,7 +101,8 @@ func windowStart(t, w int64) int64 {
 func (fw *FixedWindow) Allow(key string) bool {
 	now := fw.nc.now()
 	a := fw.alg
-	sh, s, _ := fw.st.lock(key, now, true)
+	ent, rel := fw.st.acquire(key, now)
+	s := &ent.s
 	if now-s.start >= a.window { // its window has passed
 		s.start, s.count = windowStart(now, a.window), 0
 	}
@@ -109,7 +110,7 @@ func (fw *FixedWindow) Allow(key string) bool {
 	if ok {
 		s.count++
 	}
-	sh.mu.Unlock()
+	ent.unlock(rel)
 	return ok
 }
 

@@ -98,19 +98,19 @@ func (k *keyed[S, A]) Limit() int { return k.limit }
 // book implements booker; n has been validated. A peek (n == 0) creates
 // no key: it steps a scratch state of the shard's.
 func (k *keyed[S, A]) book(key string, n int, now, maxWait int64) (Decision, int64, bool) {
-	sh, s, _ := k.st.lock(key, now, n > 0)
+	h, s, _ := k.st.lock(key, now, n > 0)
 	d, act, ok := k.alg.step(s, now, int64(n), maxWait)
-	sh.mu.Unlock()
+	h.unlock()
 	return d, act, ok
 }
 
 // unbook implements booker.
 func (k *keyed[S, A]) unbook(key string, n int, act, at int64) {
-	sh, s, fresh := k.st.lock(key, at, false)
+	h, s, fresh := k.st.lock(key, at, false)
 	if !fresh { // an evicted key has nothing booked to give back
 		k.alg.unstep(s, int64(n), act, at)
 	}
-	sh.mu.Unlock()
+	h.unlock()
 }
 
 // durationNs converts nanoseconds to a Duration, never negative.

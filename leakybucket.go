@@ -118,12 +118,13 @@ func NewLeakyBucket(rate Rate, capacity int, opts ...Option) (*LeakyBucket, erro
 // in the store.
 func (lb *LeakyBucket) Allow(key string) bool {
 	now := lb.nc.now()
-	sh, s, _ := lb.st.lock(key, now, true)
+	ent, rel := lb.st.acquire(key, now)
+	s := &ent.s
 	ok := s.end.notAfter(ftime{ns: now})
 	if ok {
 		s.end = lb.alg.iv.add(ftime{ns: now}, 1)
 	}
-	sh.mu.Unlock()
+	ent.unlock(rel)
 	return ok
 }
 

@@ -94,14 +94,15 @@ func NewSlidingWindowCounter(rate Rate, opts ...Option) (*SlidingWindowCounter, 
 func (sc *SlidingWindowCounter) Allow(key string) bool {
 	now := sc.nc.now()
 	a := sc.alg
-	sh, s, _ := sc.st.lock(key, now, true)
+	ent, rel := sc.st.acquire(key, now)
+	s := &ent.s
 	start, prev, cur := a.current(s, now)
 	e := now - start
 	ok := e >= 0 && cur < a.limit && (prev == 0 || a.fits(prev, e, cur+1))
 	if ok {
 		*s = swcState{start: start, prev: prev, cur: cur + 1}
 	}
-	sh.mu.Unlock()
+	ent.unlock(rel)
 	return ok
 }
 

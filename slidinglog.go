@@ -81,7 +81,8 @@ func NewSlidingLog(rate Rate, opts ...Option) (*SlidingLog, error) {
 func (sl *SlidingLog) Allow(key string) bool {
 	now := sl.nc.now()
 	a := sl.alg
-	sh, s, _ := sl.st.lock(key, now, true)
+	ent, rel := sl.st.acquire(key, now)
+	s := &ent.s
 	ok := s.from(now) == now
 	if ok {
 		// Instants at or before now−W have left the window.
@@ -98,7 +99,7 @@ func (sl *SlidingLog) Allow(key string) bool {
 			s.push(now, 1)
 		}
 	}
-	sh.mu.Unlock()
+	ent.unlock(rel)
 	return ok
 }
 

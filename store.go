@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"math"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,18 +31,43 @@ type Stats struct {
 }
 
 // store is the sharded in-memory keyed store shared by the algorithms. It
-// holds a state S per key, inline in open-addressed tables (one per shard,
-// each behind its own mutex), so that an existing key costs a hash, a
-// probe and no allocation.
+// holds a state S per key, inline in open-addressed tables (one per shard),
+// so that an existing key costs a hash, a probe and no allocation.
+//
+// A key already held is found without any lock: readers probe the shard's
+// current table with atomic loads, and update the key's state under a lock
+// bit in its slot's header, taken by one compare-and-swap and released by
+// one store. Two goroutines on different keys thus write nothing in common,
+// and the store scales with cores; an earlier design took the shard's
+// mutex on every call, whose cache line both cores then pulled back and
+// forth (on two cores, 10,000 keys ran twice as slow in parallel as
+// serially). Everything that changes the table's shape (inserting a key,
+// dropping one, growing, shrinking, rebuilding the arena) runs under the
+// shard's mutex, and touches a slot in use only while holding its lock bit:
+//
+//   - an insert fills an empty slot, and publishes its header last;
+//   - a delete shifts the later keys of its probe run back (no tombstones):
+//     it locks each key it moves, copies it to its new slot, publishes it
+//     there, and leaves the old slot locked until it is overwritten, so a
+//     reader either finds the key where it now is or waits and looks again;
+//   - growing, shrinking and rebuilding the arena build a new table from
+//     the old one, locking each slot for good as it is copied, and then
+//     publish the new table: a reader still on the old one finds every key
+//     locked there and starts again on the new one, so no update is lost.
+//
+// A reader that misses (an empty slot ends its probe) takes the mutex and
+// looks again before inserting: a key moved under its feet is found there.
 //
 // A shard keeps its keys' bytes in one arena, each key behind its length
-// as a uvarint; a slot holds the key's hash tag, its offset in the arena
-// and the state: 8 bytes plus the state. An earlier design kept a cloned
-// string per key (a 16-byte header in the slot and a separate allocation
-// for the bytes) and a 32-bit recency tick: about 108 B per token-bucket
-// key with 10-byte keys, against about 50 B now. A key longer than
-// maxKeyLen (4 GiB less a few bytes) is known by its first maxKeyLen
-// bytes: two such keys sharing them share a state.
+// as a uvarint; bytes are only ever appended, and an arena that must grow
+// is copied, so a key's bytes never change while a reader may compare them.
+// A slot holds an 8-byte header (the key's hash tag, its offset in the
+// arena, a reference bit and the lock bit) and the state. An earlier
+// design kept a cloned string per key (a 16-byte header in the slot and a
+// separate allocation for the bytes) and a 32-bit recency tick: about 108
+// B per token-bucket key with 10-byte keys, against about 50 B now. A key
+// longer than maxKeyLen (4 GiB less a few bytes) is known by its first
+// maxKeyLen bytes: two such keys sharing them share a state.
 //
 // Tables have any size, not only powers of two: a key's home slot is its
 // tag scaled to the table's length (fastrange), tables grow by half at a
@@ -69,27 +96,43 @@ type store[S any] struct {
 }
 
 type shard[S any] struct {
+	// tab is the current table, read without a lock; nil when the shard
+	// holds no key. It is replaced only under mu.
+	tab atomic.Pointer[table[S]]
+	_   [56]byte // keep tab, read by every call, off the line mu is on
+
 	mu     sync.Mutex
-	slots  []slot[S]
-	keys   []byte // the arena: each key's length as a uvarint, then its bytes
-	dead   int    // bytes of keys that are no longer held
-	n      int    // keys held
-	restAt int64  // the latest instant at which a key was dropped at rest
-	peek   S      // scratch state for peeking at an absent key
-	cursor int    // the clock hand: where the next eviction sample starts
+	used   int   // bytes of the current arena in use
+	dead   int   // bytes of keys that are no longer held
+	n      int   // keys held
+	restAt int64 // the latest instant at which a key was dropped at rest
+	peek   S     // scratch state for peeking at an absent key
+	cursor int   // the clock hand: where the next eviction sample starts
 
 	inserts, evictedAtRest, evictedLRU uint64
 
-	_ [64]byte // keep neighbouring shards' locks off one cache line
+	_ [64]byte // keep neighbouring shards apart
 }
 
+// table is a shard's slots and the arena their offsets point into. The
+// slots never change length; the arena is replaced by a larger copy when
+// it fills.
+type table[S any] struct {
+	slots []slot[S]
+	arena atomic.Pointer[arena]
+}
+
+// arena holds a shard's key bytes. b is never resliced: its length is its
+// capacity, and the shard counts the bytes in use.
+type arena struct{ b []byte }
+
 type slot[S any] struct {
-	// tag is 31 bits of the key's hash, never 0 (0 marks an empty slot),
-	// and refBit, set when the key is used and cleared when the clock hand
-	// passes it.
-	tag uint32
-	off uint32 // where the key is in the shard's arena
-	s   S
+	// hdr is 0 for an empty slot, else the key's tag (the top 30 bits),
+	// its reference bit (set when the key is used, cleared when the clock
+	// hand passes it), the lock bit and its offset in the arena (the low
+	// 32 bits). It is read and written atomically.
+	hdr uint64
+	s   S // read and written only by the holder of the lock bit
 }
 
 const (
@@ -97,8 +140,15 @@ const (
 	restGrace  = 10 * time.Second // how long a key rests before a growing table drops it
 	evictProbe = 32               // keys sampled when choosing a victim at the cap
 
-	refBit  = 1 << 31
-	tagMask = refBit - 1
+	offMask  = 1<<32 - 1
+	lockBit  = 1 << 32
+	refBit   = 1 << 33
+	tagShift = 34
+	tagBits  = 1<<64 - 1<<tagShift
+
+	// spinTries is how many times a reader finds its key's slot locked by
+	// another before it takes the slow path under the shard's mutex.
+	spinTries = 64
 
 	// maxLoad is the load at which a table grows by half (so to about
 	// 0.57); after a sweep, it grows only if more than sweptLoad full,
@@ -167,30 +217,32 @@ func (st *store[S]) close() {
 	})
 }
 
-func (st *store[S]) hash(key string) (sh *shard[S], tag uint32) {
+func (st *store[S]) hash(key string) (sh *shard[S], tag uint64) {
 	h := maphash.String(st.seed, key)
 	return &st.shards[h&st.shardMask], tagOf(h)
 }
 
-// tagOf returns the tag of a key's hash: 31 bits, never 0. The shard is
-// chosen by the hash's low bits, the tag taken from its high bits.
-func tagOf(h uint64) uint32 {
-	tag := uint32(h>>32) & tagMask
+// tagOf returns the tag of a key's hash, in place in a slot header: 30
+// bits, never 0. The shard is chosen by the hash's low bits, the tag taken
+// from its high bits.
+func tagOf(h uint64) uint64 {
+	tag := h & tagBits
 	if tag == 0 {
-		tag = 1
+		tag = 1 << tagShift
 	}
 	return tag
 }
 
-// home returns the home slot of tag in a table of n slots: the tag's 31
-// bits scaled to [0, n), so any n works and keys keep their hash order.
-func home(tag uint32, n int) int {
-	return int(uint64(tag&tagMask) * uint64(n) >> 31)
+// home returns the home slot of a header's tag in a table of n slots: the
+// tag's 30 bits scaled to [0, n), so any n works and keys keep their hash
+// order.
+func home(hdr uint64, n int) int {
+	return int((hdr >> tagShift) * uint64(n) >> (64 - tagShift))
 }
 
 // arenaKey returns the bytes of the key stored at off in an arena.
-func arenaKey(arena []byte, off uint32) []byte {
-	b := arena[off:]
+func arenaKey(b []byte, off uint64) []byte {
+	b = b[off:]
 	if n := b[0]; n < 0x80 { // keys shorter than 128 bytes: one length byte
 		return b[1 : 1+int(n)]
 	}
@@ -198,66 +250,172 @@ func arenaKey(arena []byte, off uint32) []byte {
 	return b[w : w+int(n)]
 }
 
-// lock locks key's shard and returns it with a pointer to key's state,
-// valid until sh.mu.Unlock. If the key is absent and create is true, it is
-// inserted, its state set up by init, and fresh is true (now also decides
-// which keys are at rest if one must make room); if create is false, s
-// points to a scratch state set up the same way, valid until the unlock,
-// which the caller may read and step but which is not stored.
+// keyAt reports whether the key at off in arena b is key, with the case of
+// keys shorter than 128 bytes written out to be inlined.
+func keyAt(b []byte, off uint64, key string) bool {
+	if len(key) < 0x80 {
+		end := off + 1 + uint64(len(key))
+		return end <= uint64(len(b)) && int(b[off]) == len(key) && string(b[off+1:end]) == key
+	}
+	return string(arenaKey(b, off)) == key
+}
+
+// acquire returns key's slot with its lock bit held, inserting the key if
+// it is absent (now also decides which keys are at rest should one make
+// room). The caller reads and writes sl.s, then calls sl.unlock(rel).
+func (st *store[S]) acquire(key string, now int64) (sl *slot[S], rel uint64) {
+	if len(key) > st.maxKeyLen {
+		key = key[:st.maxKeyLen]
+	}
+	// Written out rather than calls to st.hash: the compiler does not
+	// inline it into a generic function's body today.
+	h := maphash.String(st.seed, key)
+	sh := &st.shards[h&st.shardMask]
+	tag := tagOf(h)
+	if sl, rel := sh.find(key, tag); sl != nil {
+		return sl, rel
+	}
+	hd, _, _ := st.lockSlow(sh, key, tag, now, true)
+	return hd.sl, hd.rel
+}
+
+// handle is what lock returns: a slot whose lock bit is held, or, for a
+// peek at an absent key, the shard whose mutex is held.
+type handle[S any] struct {
+	sl  *slot[S]
+	rel uint64 // the header unlock stores
+	sh  *shard[S]
+}
+
+func (h handle[S]) unlock() {
+	if h.sl != nil {
+		h.sl.unlock(h.rel)
+		return
+	}
+	h.sh.mu.Unlock()
+}
+
+// lock returns a handle on key's state, to be released with h.unlock. If
+// the key is absent and create is true, it is inserted, its state set up
+// by init, and fresh is true; if create is false, s points to a scratch
+// state set up the same way, valid until the unlock, which the caller may
+// read and step but which is not stored.
 //
 // A new key's state is set up at now, or at the latest instant the shard
 // dropped a key at rest if that is later (a clock that went backwards):
 // a key dropped at rest and seen again earlier never gets more than it
 // would have had if it had been kept.
-func (st *store[S]) lock(key string, now int64, create bool) (sh *shard[S], s *S, fresh bool) {
+func (st *store[S]) lock(key string, now int64, create bool) (h handle[S], s *S, fresh bool) {
 	if len(key) > st.maxKeyLen {
 		key = key[:st.maxKeyLen]
 	}
-	// Written out rather than calls to st.hash and a shard method: the
-	// compiler does not inline those into a generic function's body today.
-	h := maphash.String(st.seed, key)
-	sh = &st.shards[h&st.shardMask]
-	tag := tagOf(h)
-	sh.mu.Lock()
-	if n := len(sh.slots); n > 0 {
+	sh, tag := st.hash(key)
+	if sl, rel := sh.find(key, tag); sl != nil {
+		return handle[S]{sl: sl, rel: rel}, &sl.s, false
+	}
+	return st.lockSlow(sh, key, tag, now, create)
+}
+
+// find looks key up in the shard's current table without the mutex and,
+// if it is there, takes its slot's lock bit. It returns nil if the key is
+// absent, or if it is present but stays locked by others (a table being
+// rebuilt, or another goroutine on the same key for longer than a few
+// tries): lockSlow then settles it under the mutex.
+func (sh *shard[S]) find(key string, tag uint64) (*slot[S], uint64) {
+	for try := 0; try < spinTries; try++ {
+		t := sh.tab.Load()
+		if t == nil {
+			return nil, 0
+		}
+		slots := t.slots
+		n := len(slots)
 		for i := home(tag, n); ; {
-			sl := &sh.slots[i]
-			t := sl.tag
-			if t&tagMask == tag {
-				// string(arenaKey(sh.keys, sl.off)) == key, with the case
-				// of keys shorter than 128 bytes written out to be inlined.
-				var same bool
-				if off := int(sl.off); len(key) < 0x80 {
-					end := off + 1 + len(key)
-					same = end <= len(sh.keys) && int(sh.keys[off]) == len(key) && string(sh.keys[off+1:end]) == key
-				} else {
-					same = string(arenaKey(sh.keys, sl.off)) == key
-				}
-				if same {
-					if t&refBit == 0 {
-						sl.tag = t | refBit
-					}
-					return sh, &sl.s, false
-				}
+			sl := &slots[i]
+			w := atomic.LoadUint64(&sl.hdr)
+			if w == 0 {
+				return nil, 0
 			}
-			if t == 0 {
-				break
+			// The arena is loaded after the header: it then holds the key
+			// the header points to.
+			if w&tagBits == tag && keyAt(t.arena.Load().b, w&offMask, key) {
+				if w&lockBit == 0 && atomic.CompareAndSwapUint64(&sl.hdr, w, w|lockBit) {
+					return sl, w | refBit
+				}
+				break // locked, or changed since: look again
 			}
 			if i++; i == n {
 				i = 0
 			}
+		}
+		if try >= 8 {
+			runtime.Gosched()
+		}
+	}
+	return nil, 0
+}
+
+// lockSlow is lock under the shard's mutex, for a key find did not settle.
+func (st *store[S]) lockSlow(sh *shard[S], key string, tag uint64, now int64, create bool) (handle[S], *S, bool) {
+	sh.mu.Lock()
+	if t := sh.tab.Load(); t != nil {
+		if i := t.index(key, tag); i >= 0 {
+			sl := &t.slots[i]
+			w := sl.lockWait()
+			sh.mu.Unlock()
+			return handle[S]{sl: sl, rel: w | refBit}, &sl.s, false
 		}
 	}
 	if !create {
 		var zero S
 		sh.peek = zero
 		st.init(&sh.peek, max(now, sh.restAt))
-		return sh, &sh.peek, true
+		return handle[S]{sh: sh}, &sh.peek, true
 	}
-	return sh, st.insert(sh, key, tag, now), true
+	sl, w := st.insert(sh, key, tag, now)
+	sh.mu.Unlock()
+	return handle[S]{sl: sl, rel: w}, &sl.s, true
 }
 
-// insert adds key, known to be absent, and returns its zero state. Its
+// index returns the slot holding key, or -1. Requires the shard's mutex
+// held, so that no key moves.
+func (t *table[S]) index(key string, tag uint64) int {
+	b := t.arena.Load().b
+	n := len(t.slots)
+	for i := home(tag, n); ; {
+		w := atomic.LoadUint64(&t.slots[i].hdr)
+		if w == 0 {
+			return -1
+		}
+		if w&tagBits == tag && keyAt(b, w&offMask, key) {
+			return i
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
+}
+
+// lockWait takes the slot's lock bit, waiting for its holder to let go,
+// and returns the header as it was unlocked. Requires the shard's mutex
+// held: the holder is then a reader, which holds it for a few nanoseconds
+// unless descheduled.
+func (sl *slot[S]) lockWait() uint64 {
+	for spins := 0; ; spins++ {
+		w := atomic.LoadUint64(&sl.hdr)
+		if w&lockBit == 0 && atomic.CompareAndSwapUint64(&sl.hdr, w, w|lockBit) {
+			return w
+		}
+		if spins >= 16 {
+			runtime.Gosched()
+		}
+	}
+}
+
+// unlock stores the header rel, which has the lock bit clear.
+func (sl *slot[S]) unlock(rel uint64) { atomic.StoreUint64(&sl.hdr, rel) }
+
+// insert adds key, known to be absent, and returns its slot, set up by
+// init and locked, with the header to store when unlocking it. Its
 // reference bit is clear: a key seen once is the first to go at the cap.
 //
 // A table about to grow is first swept of keys that have been at rest for
@@ -265,39 +423,74 @@ func (st *store[S]) lock(key string, now int64, create bool) (sh *shard[S], s *S
 // Sweeps thus cost O(1) amortised per insert, and keys in use are not
 // churned out and back in when they come to rest between uses. Requires
 // sh.mu held.
-func (st *store[S]) insert(sh *shard[S], key string, tag uint32, now int64) *S {
+func (st *store[S]) insert(sh *shard[S], key string, tag uint64, now int64) (*slot[S], uint64) {
 	if st.perShardMax > 0 && sh.n >= st.perShardMax {
 		st.evictOne(sh, now)
 	}
-	need := uint64(varintLen(len(key)) + len(key))
-	for sh.n > 0 && uint64(len(sh.keys)-sh.dead)+need > st.arenaMax {
+	need := varintLen(len(key)) + len(key)
+	for sh.n > 0 && uint64(sh.used-sh.dead+need) > st.arenaMax {
 		st.evictOne(sh, now) // 4 GiB of keys in one shard: make room
 	}
-	if float64(sh.n+1) > maxLoad*float64(len(sh.slots)) {
+	if float64(sh.n+1) > maxLoad*float64(sh.slots()) {
 		st.sweepShard(sh, now, false)
-		if float64(sh.n+1) > sweptLoad*float64(len(sh.slots)) {
-			sh.resize(max(minSlots, len(sh.slots)*3/2))
+		if float64(sh.n+1) > sweptLoad*float64(sh.slots()) {
+			sh.rebuild(max(minSlots, sh.slots()*3/2), false)
 		}
 	}
-	if uint64(len(sh.keys))+need > st.arenaMax || sh.dead*2 > len(sh.keys) {
-		sh.compact()
+	if uint64(sh.used+need) > st.arenaMax || sh.dead*2 > sh.used {
+		sh.rebuild(sh.slots(), true)
 	}
-	n := len(sh.slots)
+	t := sh.tab.Load()
+	n := len(t.slots)
 	i := home(tag, n)
-	for sh.slots[i].tag != 0 {
+	for atomic.LoadUint64(&t.slots[i].hdr) != 0 {
 		if i++; i == n {
 			i = 0
 		}
 	}
-	sl := &sh.slots[i]
-	sl.tag = tag
-	sl.off = uint32(len(sh.keys))
-	sh.keys = binary.AppendUvarint(sh.keys, uint64(len(key)))
-	sh.keys = append(sh.keys, key...) // a copy: never pins a caller's buffer
+	off := sh.appendKey(t, key, st.arenaMax)
+	sl := &t.slots[i]
+	var zero S
+	sl.s = zero
+	st.init(&sl.s, max(now, sh.restAt))
+	w := tag | off
+	atomic.StoreUint64(&sl.hdr, w|lockBit) // published, and ours
 	sh.n++
 	sh.inserts++
-	st.init(&sl.s, max(now, sh.restAt))
-	return &sl.s
+	return sl, w
+}
+
+// slots returns the length of the current table. Requires sh.mu held.
+func (sh *shard[S]) slots() int {
+	if t := sh.tab.Load(); t != nil {
+		return len(t.slots)
+	}
+	return 0
+}
+
+// appendKey copies key, with its length, to the end of t's arena and
+// returns its offset. An arena too small is replaced by a copy about a
+// quarter larger (at most limit bytes): readers still comparing keys in
+// the old one find the same bytes there. Requires sh.mu held and room for
+// the key within limit.
+func (sh *shard[S]) appendKey(t *table[S], key string, limit uint64) uint64 {
+	need := varintLen(len(key)) + len(key)
+	var b []byte
+	if a := t.arena.Load(); a != nil {
+		b = a.b
+	}
+	if sh.used+need > len(b) {
+		size := min(uint64(max(64, sh.used+need+(sh.used+need)/4)), limit)
+		nb := make([]byte, size)
+		copy(nb, b[:sh.used])
+		b = nb
+		t.arena.Store(&arena{b: nb})
+	}
+	off := sh.used
+	w := binary.PutUvarint(b[off:], uint64(len(key)))
+	copy(b[off+w:], key) // a copy: never pins a caller's buffer
+	sh.used += need
+	return uint64(off)
 }
 
 func varintLen(n int) int {
@@ -315,18 +508,26 @@ func (st *store[S]) sweepShard(sh *shard[S], now int64, all bool) {
 	if !all {
 		now -= int64(restGrace) // at rest then, and untouched since
 	}
-	for j := 0; j < len(sh.slots); {
-		sl := &sh.slots[j]
-		if sl.tag != 0 && st.atRest(&sl.s, now) {
-			sh.deleteAt(j) // a later key may move here: look again
-			sh.evictedAtRest++
-			sh.restAt = max(sh.restAt, now)
-			continue
+	t := sh.tab.Load()
+	if t == nil {
+		return
+	}
+	for j := 0; j < len(t.slots); {
+		sl := &t.slots[j]
+		if atomic.LoadUint64(&sl.hdr) != 0 {
+			w := sl.lockWait()
+			if st.atRest(&sl.s, now) {
+				sh.deleteAt(t, j) // a later key may move here: look again
+				sh.evictedAtRest++
+				sh.restAt = max(sh.restAt, now)
+				continue
+			}
+			sl.unlock(w)
 		}
 		j++
 	}
-	if !sh.maybeShrink() && sh.dead*2 > len(sh.keys) {
-		sh.compact()
+	if !sh.maybeShrink() && sh.dead*2 > sh.used {
+		sh.rebuild(len(t.slots), true)
 	}
 }
 
@@ -338,72 +539,84 @@ func (st *store[S]) sweepShard(sh *shard[S], now int64, all bool) {
 // every key of the sample having been used, the first of the sample.
 // Requires sh.mu held and sh.n > 0.
 func (st *store[S]) evictOne(sh *shard[S], now int64) {
-	n := len(sh.slots)
+	t := sh.tab.Load()
+	n := len(t.slots)
 	victim := -1
 	i := sh.cursor
 	for seen := 0; seen < evictProbe && seen < sh.n; {
 		if i >= n {
 			i = 0
 		}
-		sl := &sh.slots[i]
-		if sl.tag == 0 {
+		sl := &t.slots[i]
+		if atomic.LoadUint64(&sl.hdr) == 0 {
 			i++
 			continue
 		}
 		seen++
+		w := sl.lockWait()
 		if st.atRest(&sl.s, now) {
-			sh.deleteAt(i)
+			sh.deleteAt(t, i)
 			sh.evictedAtRest++
 			sh.restAt = max(sh.restAt, now)
 			sh.cursor = i
 			return
 		}
 		if victim < 0 {
-			if sl.tag&refBit == 0 {
+			if w&refBit == 0 {
 				victim = i
 			} else {
-				sl.tag &^= refBit
+				w &^= refBit
 			}
 		}
+		sl.unlock(w)
 		i++
 	}
 	if victim < 0 {
 		victim = sh.cursor % n
-		for sh.slots[victim].tag == 0 {
+		for atomic.LoadUint64(&t.slots[victim].hdr) == 0 {
 			if victim++; victim == n {
 				victim = 0
 			}
 		}
 	}
-	sh.deleteAt(victim)
+	t.slots[victim].lockWait()
+	sh.deleteAt(t, victim)
 	sh.evictedLRU++
 	sh.cursor = victim // a later key may have moved here: it is next
 }
 
-// deleteAt empties slot i and shifts later keys of its probe run back so
-// that no tombstone is needed. The key's bytes become dead in the arena.
-// Requires sh.mu held.
-func (sh *shard[S]) deleteAt(i int) {
-	n := len(sh.slots)
-	k := len(arenaKey(sh.keys, sh.slots[i].off))
+// deleteAt empties slot i, whose lock bit the caller holds, and shifts
+// later keys of its probe run back so that no tombstone is needed. Each
+// key moved is locked at its old slot, copied, and published at its new
+// one; its old slot stays locked until overwritten. The key's bytes become
+// dead in the arena. Requires sh.mu held.
+func (sh *shard[S]) deleteAt(t *table[S], i int) {
+	slots := t.slots
+	n := len(slots)
+	k := len(arenaKey(t.arena.Load().b, atomic.LoadUint64(&slots[i].hdr)&offMask))
 	sh.dead += varintLen(k) + k
 	j := i
 	for {
 		if j++; j == n {
 			j = 0
 		}
-		sl := &sh.slots[j]
-		if sl.tag == 0 {
+		sl := &slots[j]
+		w := atomic.LoadUint64(&sl.hdr)
+		if w == 0 {
 			break
 		}
-		h := home(sl.tag, n)
+		h := home(w, n)
 		// The key at j may move to i unless its home lies cyclically in (i, j].
 		if (i <= j && (h <= i || h > j)) || (i > j && h <= i && h > j) {
-			sh.slots[i] = *sl
+			w = sl.lockWait()
+			slots[i].s = sl.s
+			atomic.StoreUint64(&slots[i].hdr, w)
 			i = j
 		}
 	}
-	sh.slots[i] = slot[S]{}
+	var zero S
+	slots[i].s = zero // let go of what the state points to
+	atomic.StoreUint64(&slots[i].hdr, 0)
 	sh.n--
 }
 
@@ -411,57 +624,65 @@ func (sh *shard[S]) deleteAt(i int) {
 // sweptLoad, and its arena with it, so that memory returns after a flood
 // of keys. It reports whether it did. Requires sh.mu held.
 func (sh *shard[S]) maybeShrink() bool {
-	if len(sh.slots) <= minSlots || sh.n*8 > len(sh.slots) {
+	slots := sh.slots()
+	if slots <= minSlots || sh.n*8 > slots {
 		return false
 	}
 	if sh.n == 0 {
-		sh.slots, sh.keys, sh.dead, sh.cursor = nil, nil, 0, 0
+		sh.tab.Store(nil) // every slot is empty: no reader holds one
+		sh.used, sh.dead, sh.cursor = 0, 0, 0
 		return true
 	}
-	sh.resize(max(minSlots, int(float64(sh.n)/sweptLoad)+1))
-	sh.compact()
+	sh.rebuild(max(minSlots, int(float64(sh.n)/sweptLoad)+1), true)
 	return true
 }
 
-// resize rehashes into a table of size slots. Requires sh.mu held.
-func (sh *shard[S]) resize(size int) {
-	old := sh.slots
-	sh.slots = make([]slot[S], size)
-	for k := range old {
-		if old[k].tag == 0 {
-			continue
-		}
-		i := home(old[k].tag, size)
-		for sh.slots[i].tag != 0 {
-			if i++; i == size {
-				i = 0
-			}
-		}
-		sh.slots[i] = old[k]
-	}
+// rebuild replaces the table by one of size slots holding the same keys,
+// with the arena rebuilt from the live keys, in table order, if compact
+// (else the new table shares the arena). Each slot of the old table is locked for good as it is
+// copied: a reader still on it looks again on the new one. Requires sh.mu
+// held.
+func (sh *shard[S]) rebuild(size int, compact bool) {
+	old := sh.tab.Load()
 	sh.cursor = 0
-}
-
-// compact rebuilds the arena from the keys held, in table order, dropping
-// dead bytes. Requires sh.mu held.
-func (sh *shard[S]) compact() {
-	live := len(sh.keys) - sh.dead
-	if sh.n == 0 {
-		sh.keys, sh.dead = nil, 0
-		return
+	nt := &table[S]{slots: make([]slot[S], size)}
+	var ob []byte
+	if old != nil {
+		ob = old.arena.Load().b
 	}
-	keys := make([]byte, 0, live+live/4)
-	for i := range sh.slots {
-		sl := &sh.slots[i]
-		if sl.tag == 0 {
-			continue
+	var nb []byte
+	if compact {
+		nb = make([]byte, 0, sh.used-sh.dead) // the next insert grows it
+	}
+	if old != nil {
+		for k := range old.slots {
+			sl := &old.slots[k]
+			if atomic.LoadUint64(&sl.hdr) == 0 {
+				continue
+			}
+			w := sl.lockWait()
+			if compact {
+				key := arenaKey(ob, w&offMask)
+				w = w&^offMask | uint64(len(nb))
+				nb = binary.AppendUvarint(nb, uint64(len(key)))
+				nb = append(nb, key...)
+			}
+			i := home(w, size)
+			for nt.slots[i].hdr != 0 {
+				if i++; i == size {
+					i = 0
+				}
+			}
+			nt.slots[i] = slot[S]{hdr: w, s: sl.s}
 		}
-		k := arenaKey(sh.keys, sl.off)
-		sl.off = uint32(len(keys))
-		keys = binary.AppendUvarint(keys, uint64(len(k)))
-		keys = append(keys, k...)
 	}
-	sh.keys, sh.dead = keys, 0
+	if compact {
+		nt.arena.Store(&arena{b: nb[:cap(nb)]})
+		sh.used, sh.dead = len(nb), 0
+	} else if old != nil {
+		nt.arena.Store(old.arena.Load())
+	}
+	sh.tab.Store(nt)
 }
 
 // sweep drops every key at rest at now and shrinks tables that emptied.
@@ -480,7 +701,7 @@ func (st *store[S]) stats() Stats {
 		sh := &st.shards[i]
 		sh.mu.Lock()
 		s.Keys += sh.n
-		s.Slots += len(sh.slots)
+		s.Slots += sh.slots()
 		s.Inserts += sh.inserts
 		s.EvictedAtRest += sh.evictedAtRest
 		s.EvictedLRU += sh.evictedLRU

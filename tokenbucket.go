@@ -86,7 +86,8 @@ func newTBAlgo(rate Rate, capacity int) (*tbAlgo, error) {
 func (tb *TokenBucket) Allow(key string) bool {
 	now := tb.nc.now()
 	a := tb.alg
-	sh, s, _ := tb.st.lock(key, now, true)
+	ent, rel := tb.st.acquire(key, now)
+	s := &ent.s
 	base := s.tat
 	if base.ns < now {
 		base = ftime{ns: now}
@@ -96,7 +97,7 @@ func (tb *TokenBucket) Allow(key string) bool {
 	if ok {
 		s.tat = next
 	}
-	sh.mu.Unlock()
+	ent.unlock(rel)
 	return ok
 }
 
