@@ -59,8 +59,13 @@ type Stats struct {
 // looks again before inserting: a key moved under its feet is found there.
 //
 // A shard keeps its keys' bytes in one arena, each key behind its length
-// as a uvarint; bytes are only ever appended, and an arena that must grow
-// is copied, so a key's bytes never change while a reader may compare them.
+// plus one as a uvarint (never a zero byte); bytes are only ever appended,
+// and an arena that must grow is copied into a new table value sharing the
+// same slots, so a key's bytes never change while a reader may compare
+// them. A reader holding the table of before the copy may meet a header
+// whose key is past its arena's end, or where its arena is still zeros:
+// neither matches a key, so the reader misses and settles it under the
+// mutex.
 // A slot holds an 8-byte header (the key's hash tag, its offset in the
 // arena, a reference bit and the lock bit) and the state. An earlier
 // design kept a cloned string per key (a 16-byte header in the slot and a
@@ -114,17 +119,14 @@ type shard[S any] struct {
 	_ [64]byte // keep neighbouring shards apart
 }
 
-// table is a shard's slots and the arena their offsets point into. The
-// slots never change length; the arena is replaced by a larger copy when
-// it fills.
+// table is a shard's slots and the arena their offsets point into, never
+// changed once published. When the arena fills, a new table value shares
+// the slots with a larger copy of the arena. The arena's length is its
+// capacity; the shard counts the bytes in use.
 type table[S any] struct {
 	slots []slot[S]
-	arena atomic.Pointer[arena]
+	keys  []byte
 }
-
-// arena holds a shard's key bytes. b is never resliced: its length is its
-// capacity, and the shard counts the bytes in use.
-type arena struct{ b []byte }
 
 type slot[S any] struct {
 	// hdr is 0 for an empty slot, else the key's tag (the top 30 bits),
@@ -240,24 +242,27 @@ func home(hdr uint64, n int) int {
 	return int((hdr >> tagShift) * uint64(n) >> (64 - tagShift))
 }
 
-// arenaKey returns the bytes of the key stored at off in an arena.
+// arenaKey returns the bytes of the key stored at off in an arena, or nil
+// if there is none (zeros, or the arena's end).
 func arenaKey(b []byte, off uint64) []byte {
-	b = b[off:]
-	if n := b[0]; n < 0x80 { // keys shorter than 128 bytes: one length byte
-		return b[1 : 1+int(n)]
+	if off >= uint64(len(b)) {
+		return nil
 	}
+	b = b[off:]
 	n, w := binary.Uvarint(b)
-	return b[w : w+int(n)]
+	if w <= 0 || n == 0 || n-1 > uint64(len(b)-w) {
+		return nil
+	}
+	return b[w : w+int(n-1)]
 }
 
-// keyAt reports whether the key at off in arena b is key, with the case of
-// keys shorter than 128 bytes written out to be inlined.
+// keyBytes is what a key of n bytes takes in an arena.
+func keyBytes(n int) int { return varintLen(n+1) + n }
+
+// keyAt reports whether the key at off in arena b is key.
 func keyAt(b []byte, off uint64, key string) bool {
-	if len(key) < 0x80 {
-		end := off + 1 + uint64(len(key))
-		return end <= uint64(len(b)) && int(b[off]) == len(key) && string(b[off+1:end]) == key
-	}
-	return string(arenaKey(b, off)) == key
+	k := arenaKey(b, off)
+	return k != nil && string(k) == key
 }
 
 // acquire returns key's slot with its lock bit held, inserting the key if
@@ -335,9 +340,22 @@ func (sh *shard[S]) find(key string, tag uint64) (*slot[S], uint64) {
 			if w == 0 {
 				return nil, 0
 			}
-			// The arena is loaded after the header: it then holds the key
-			// the header points to.
-			if w&tagBits == tag && keyAt(t.arena.Load().b, w&offMask, key) {
+			if w&tagBits != tag {
+				if i++; i == n {
+					i = 0
+				}
+				continue
+			}
+			// The key's bytes, with the case of keys shorter than 127
+			// bytes (one length byte) written out to be inlined.
+			var same bool
+			if off := w & offMask; len(key) < 0x7f {
+				end := off + 1 + uint64(len(key))
+				same = end <= uint64(len(t.keys)) && int(t.keys[off]) == len(key)+1 && string(t.keys[off+1:end]) == key
+			} else {
+				same = keyAt(t.keys, off, key)
+			}
+			if same {
 				if w&lockBit == 0 && atomic.CompareAndSwapUint64(&sl.hdr, w, w|lockBit) {
 					return sl, w | refBit
 				}
@@ -379,7 +397,7 @@ func (st *store[S]) lockSlow(sh *shard[S], key string, tag uint64, now int64, cr
 // index returns the slot holding key, or -1. Requires the shard's mutex
 // held, so that no key moves.
 func (t *table[S]) index(key string, tag uint64) int {
-	b := t.arena.Load().b
+	b := t.keys
 	n := len(t.slots)
 	for i := home(tag, n); ; {
 		w := atomic.LoadUint64(&t.slots[i].hdr)
@@ -427,7 +445,7 @@ func (st *store[S]) insert(sh *shard[S], key string, tag uint64, now int64) (*sl
 	if st.perShardMax > 0 && sh.n >= st.perShardMax {
 		st.evictOne(sh, now)
 	}
-	need := varintLen(len(key)) + len(key)
+	need := keyBytes(len(key))
 	for sh.n > 0 && uint64(sh.used-sh.dead+need) > st.arenaMax {
 		st.evictOne(sh, now) // 4 GiB of keys in one shard: make room
 	}
@@ -449,7 +467,7 @@ func (st *store[S]) insert(sh *shard[S], key string, tag uint64, now int64) (*sl
 		}
 	}
 	off := sh.appendKey(t, key, st.arenaMax)
-	sl := &t.slots[i]
+	sl := &t.slots[i] // the same slots, whatever table value appendKey left
 	var zero S
 	sl.s = zero
 	st.init(&sl.s, max(now, sh.restAt))
@@ -468,26 +486,24 @@ func (sh *shard[S]) slots() int {
 	return 0
 }
 
-// appendKey copies key, with its length, to the end of t's arena and
-// returns its offset. An arena too small is replaced by a copy about a
-// quarter larger (at most limit bytes): readers still comparing keys in
-// the old one find the same bytes there. Requires sh.mu held and room for
-// the key within limit.
+// appendKey copies key, behind its length plus one, to the end of the
+// arena of t, the shard's table, and returns its offset. An arena too
+// small is replaced by a copy about a quarter larger (at most limit
+// bytes), published in a new table value with the same slots: readers
+// still on the old one find the same bytes there. Requires sh.mu held and
+// room for the key within limit.
 func (sh *shard[S]) appendKey(t *table[S], key string, limit uint64) uint64 {
-	need := varintLen(len(key)) + len(key)
-	var b []byte
-	if a := t.arena.Load(); a != nil {
-		b = a.b
-	}
+	need := keyBytes(len(key))
+	b := t.keys
 	if sh.used+need > len(b) {
 		size := min(uint64(max(64, sh.used+need+(sh.used+need)/4)), limit)
 		nb := make([]byte, size)
 		copy(nb, b[:sh.used])
 		b = nb
-		t.arena.Store(&arena{b: nb})
+		sh.tab.Store(&table[S]{slots: t.slots, keys: nb})
 	}
 	off := sh.used
-	w := binary.PutUvarint(b[off:], uint64(len(key)))
+	w := binary.PutUvarint(b[off:], uint64(len(key))+1)
 	copy(b[off+w:], key) // a copy: never pins a caller's buffer
 	sh.used += need
 	return uint64(off)
@@ -593,8 +609,7 @@ func (st *store[S]) evictOne(sh *shard[S], now int64) {
 func (sh *shard[S]) deleteAt(t *table[S], i int) {
 	slots := t.slots
 	n := len(slots)
-	k := len(arenaKey(t.arena.Load().b, atomic.LoadUint64(&slots[i].hdr)&offMask))
-	sh.dead += varintLen(k) + k
+	sh.dead += keyBytes(len(arenaKey(t.keys, atomic.LoadUint64(&slots[i].hdr)&offMask)))
 	j := i
 	for {
 		if j++; j == n {
@@ -646,11 +661,10 @@ func (sh *shard[S]) rebuild(size int, compact bool) {
 	old := sh.tab.Load()
 	sh.cursor = 0
 	nt := &table[S]{slots: make([]slot[S], size)}
-	var ob []byte
+	var ob, nb []byte
 	if old != nil {
-		ob = old.arena.Load().b
+		ob = old.keys
 	}
-	var nb []byte
 	if compact {
 		nb = make([]byte, 0, sh.used-sh.dead) // the next insert grows it
 	}
@@ -664,7 +678,7 @@ func (sh *shard[S]) rebuild(size int, compact bool) {
 			if compact {
 				key := arenaKey(ob, w&offMask)
 				w = w&^offMask | uint64(len(nb))
-				nb = binary.AppendUvarint(nb, uint64(len(key)))
+				nb = binary.AppendUvarint(nb, uint64(len(key))+1)
 				nb = append(nb, key...)
 			}
 			i := home(w, size)
@@ -677,10 +691,10 @@ func (sh *shard[S]) rebuild(size int, compact bool) {
 		}
 	}
 	if compact {
-		nt.arena.Store(&arena{b: nb[:cap(nb)]})
+		nt.keys = nb[:cap(nb)]
 		sh.used, sh.dead = len(nb), 0
-	} else if old != nil {
-		nt.arena.Store(old.arena.Load())
+	} else {
+		nt.keys = ob
 	}
 	sh.tab.Store(nt)
 }

@@ -110,19 +110,13 @@ func tableOf[S any](sh *shard[S]) ([]slot[S], []byte) {
 	if t == nil {
 		return nil, nil
 	}
-	var b []byte
-	if a := t.arena.Load(); a != nil {
-		b = a.b[:sh.used]
-	}
-	return t.slots, b
+	return t.slots, t.keys[:sh.used]
 }
 
 // arenaCap returns the bytes a shard's arena holds, in use or not.
 func arenaCap[S any](sh *shard[S]) int {
 	if t := sh.tab.Load(); t != nil {
-		if a := t.arena.Load(); a != nil {
-			return len(a.b)
-		}
+		return len(t.keys)
 	}
 	return 0
 }
@@ -149,7 +143,7 @@ func checkStore[S any](t *testing.T, st *store[S]) {
 			}
 			held++
 			k := string(arenaKey(arena, w&offMask))
-			live += varintLen(len(k)) + len(k)
+			live += keyBytes(len(k))
 			if seen[k] {
 				t.Fatalf("shard %d: key %q held twice", si, k)
 			}
