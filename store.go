@@ -37,11 +37,12 @@ type Stats struct {
 // A key already held is found without any lock: readers probe the shard's
 // current table with atomic loads, and update the key's state under a lock
 // bit in its slot's header, taken by one compare-and-swap and released by
-// one store. Two goroutines on different keys thus write nothing in common,
-// and the store scales with cores; an earlier design took the shard's
-// mutex on every call, whose cache line both cores then pulled back and
-// forth (on two cores, 10,000 keys ran twice as slow in parallel as
-// serially). Everything that changes the table's shape (inserting a key,
+// one store. Two goroutines on different keys thus share no lock, only the
+// cache lines their slots happen to share (about 2.7 slots to a line). An
+// earlier design took the shard's mutex on every call, whose cache line
+// both cores then pulled back and forth: on two cores, 10,000 keys split
+// between them ran at 157-168 ns per call against 117-124 now, 1,000,000
+// at 544 against 252. Everything that changes the table's shape (inserting a key,
 // dropping one, growing, shrinking, rebuilding the arena) runs under the
 // shard's mutex, and touches a slot in use only while holding its lock bit:
 //
