@@ -116,8 +116,15 @@ func TestBehaviour(t *testing.T) {
 
 func newSuiteLimiter(t *testing.T, alg algorithm, opts ...Option) (testLimiter, *ManualClock) {
 	t.Helper()
+	return newLimiterAt(t, alg, suiteLimit, opts...)
+}
+
+// newLimiterAt builds alg allowing limit per suitePeriod on a manual clock
+// at suiteT0 (a whole second, so windows start there), closed at cleanup.
+func newLimiterAt(t *testing.T, alg algorithm, limit int, opts ...Option) (testLimiter, *ManualClock) {
+	t.Helper()
 	clk := NewManualClock(suiteT0)
-	lim, err := alg.new(suiteLimit, suitePeriod, clk, opts...)
+	lim, err := alg.new(limit, suitePeriod, clk, opts...)
 	if err != nil {
 		t.Fatalf("new %s: %v", alg.name, err)
 	}

@@ -28,19 +28,6 @@ const (
 	stressLimit      = 4
 )
 
-// newStressLimiter builds alg allowing limit per suitePeriod on a manual
-// clock at suiteT0 (a whole second, so windows start there).
-func newStressLimiter(t *testing.T, alg algorithm, limit int, opts ...Option) (testLimiter, *ManualClock) {
-	t.Helper()
-	clk := NewManualClock(suiteT0)
-	lim, err := alg.new(limit, suitePeriod, clk, opts...)
-	if err != nil {
-		t.Fatalf("new %s: %v", alg.name, err)
-	}
-	t.Cleanup(func() { lim.Close() })
-	return lim, clk
-}
-
 // stressWant is how many events Allow grants a fresh key on a frozen
 // clock: the limit, or one for a shaper (its next event departs 1/r later).
 func stressWant(alg algorithm, limit int) int64 {
@@ -183,7 +170,7 @@ func TestStressGrowthExactTotals(t *testing.T) {
 	for _, alg := range algorithms {
 		for _, v := range stressVariants {
 			t.Run(alg.name+"/"+v.name, func(t *testing.T) {
-				lim, _ := newStressLimiter(t, alg, stressLimit, v.opts...)
+				lim, _ := newLimiterAt(t, alg, stressLimit, v.opts...)
 				keys := stressKeys("grow", v.keys)
 				got := make([]atomic.Int64, len(keys))
 				hammer(t, lim, keys, got, stressGoroutines)
@@ -210,7 +197,7 @@ func TestStressSweepRacingUpdates(t *testing.T) {
 	for _, alg := range algorithms {
 		for _, v := range stressVariants {
 			t.Run(alg.name+"/"+v.name, func(t *testing.T) {
-				lim, clk := newStressLimiter(t, alg, stressLimit, v.opts...)
+				lim, clk := newLimiterAt(t, alg, stressLimit, v.opts...)
 				want := stressWant(alg, stressLimit)
 				keys := stressKeys("sweep", v.keys)
 				got := make([]atomic.Int64, len(keys))
@@ -266,7 +253,7 @@ func TestStressDeletesMoveLiveKeys(t *testing.T) {
 	)
 	for _, alg := range algorithms {
 		t.Run(alg.name, func(t *testing.T) {
-			lim, clk := newStressLimiter(t, alg, stressLimit, WithShards(1))
+			lim, clk := newLimiterAt(t, alg, stressLimit, WithShards(1))
 			want := stressWant(alg, stressLimit)
 			hot := stressKeys("hot", hotKeys)
 			for r := range rounds {
@@ -332,7 +319,7 @@ func TestStressReserveCancel(t *testing.T) {
 	const keyCount = 600
 	for _, alg := range algorithms {
 		t.Run(alg.name, func(t *testing.T) {
-			lim, _ := newStressLimiter(t, alg, stressLimit, WithShards(1))
+			lim, _ := newLimiterAt(t, alg, stressLimit, WithShards(1))
 			want := stressWant(alg, stressLimit)
 			keys := stressKeys("resv", keyCount)
 			kept := make([]atomic.Int64, len(keys))
@@ -430,7 +417,7 @@ func TestStressPeeksRacingInserts(t *testing.T) {
 	for _, alg := range algorithms {
 		for _, v := range stressVariants {
 			t.Run(alg.name+"/"+v.name, func(t *testing.T) {
-				lim, _ := newStressLimiter(t, alg, stressLimit, v.opts...)
+				lim, _ := newLimiterAt(t, alg, stressLimit, v.opts...)
 				keys := stressKeys("ins", v.keys)
 				absent := stressKeys("absent", 512)
 				full := Decision{Allowed: true, Limit: stressLimit, Remaining: stressLimit}
@@ -533,7 +520,7 @@ func TestStressEvictionAtCap(t *testing.T) {
 			for _, limit := range []int{1, 3} {
 				t.Run(fmt.Sprintf("%s/%s/limit%d", alg.name, v.name, limit), func(t *testing.T) {
 					opts := append([]Option{WithMaxKeys(v.maxKeys)}, v.opts...)
-					lim, _ := newStressLimiter(t, alg, limit, opts...)
+					lim, _ := newLimiterAt(t, alg, limit, opts...)
 					want := stressWant(alg, limit)
 					keys := stressKeys("cap", 4*v.maxKeys)
 					got := make([]atomic.Int64, len(keys))
