@@ -150,7 +150,8 @@ const (
 	tagBits  = 1<<64 - 1<<tagShift
 
 	// spinTries is how many times a reader finds its key's slot locked by
-	// another before it takes the slow path under the shard's mutex.
+	// another (yielding the processor from the 9th time on) before it
+	// takes the slow path under the shard's mutex.
 	spinTries = 64
 
 	// maxLoad is the load at which a table grows by half (so to about
@@ -655,9 +656,9 @@ func (sh *shard[S]) maybeShrink() bool {
 
 // rebuild replaces the table by one of size slots holding the same keys,
 // with the arena rebuilt from the live keys, in table order, if compact
-// (else the new table shares the arena). Each slot of the old table is locked for good as it is
-// copied: a reader still on it looks again on the new one. Requires sh.mu
-// held.
+// (else the new table shares the arena). Each slot of the old table is
+// locked for good as it is copied: a reader still on it looks again on the
+// new one. Requires sh.mu held.
 func (sh *shard[S]) rebuild(size int, compact bool) {
 	old := sh.tab.Load()
 	sh.cursor = 0
