@@ -53,8 +53,10 @@ func WithShards(n int) Option { return func(cfg *config) { cfg.shards = n } }
 // approximation of least recently used: one not used since the clock hand
 // last passed it (lossy: that key starts afresh, with a full allowance).
 // Stats counts both.
-// With a cap, the store uses at most max(1, n/16) shards, each holding at
-// most its share, so the total never exceeds n.
+// With a cap, the store uses at most max(1, n/16) shards, and at least
+// n/8192 (up to 65,536) whatever WithShards says, so that no shard holds
+// more than 8,192 keys; each holds at most its share, so the total never
+// exceeds n.
 func WithMaxKeys(n int) Option { return func(cfg *config) { cfg.maxKeys = n } }
 
 // WithSweepInterval starts a goroutine that drops every key at rest each

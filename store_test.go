@@ -177,8 +177,9 @@ func TestStoreLazySweep(t *testing.T) {
 }
 
 // At the cap, a key at rest in the sample goes first; else CLOCK: the
-// first key from the hand not used since the hand last passed it, the hand
-// clearing the reference bits it passes; else the first of the sample.
+// first key the hand comes to not used since the hand last passed it, the
+// hand clearing the reference bits it passes; else, after evictProbe keys
+// all used, the last of them.
 func TestStoreCapDropsAtRestFirstThenCLOCK(t *testing.T) {
 	// A cap of evictProbe keys in one shard: the sample is the whole shard.
 	st := newTestStore(evictProbe, 1)
@@ -186,12 +187,16 @@ func TestStoreCapDropsAtRestFirstThenCLOCK(t *testing.T) {
 	for i := 0; i < evictProbe; i++ {
 		storeSet(st, fmt.Sprint("busy", i), 1) // not at rest, not used since
 	}
-	// order lists the keys held in table order from the hand, with their
-	// reference bits.
+	// order lists the keys held in the order the hand comes to them, with
+	// their reference bits.
 	order := func() (keys []string, ref []bool) {
 		slots, arena := tableOf(sh)
+		n := len(slots)
+		if scatter(sh.hand, n, sh.scram) != sh.cursor {
+			t.Fatalf("the hand is at step %d, slot %d: not where its order puts it", sh.hand, sh.cursor)
+		}
 		for j := range slots {
-			w := slots[(sh.cursor+j)%len(slots)].hdr
+			w := slots[scatter((sh.hand+j)%n, n, sh.scram)].hdr
 			if w != 0 {
 				keys = append(keys, string(arenaKey(arena, w&offMask)))
 				ref = append(ref, w&refBit != 0)
@@ -246,24 +251,27 @@ func TestStoreCapDropsAtRestFirstThenCLOCK(t *testing.T) {
 		t.Fatalf("the hand left reference bits set: %v", ref)
 	}
 
-	// 3. Every key used: the first of the sample goes, and the hand clears
-	// every bit of the sample.
+	// 3. Every key used: the hand passes evictProbe of them, clearing their
+	// bits, and drops the last.
 	keys, _ = order()
 	for _, k := range keys {
 		storeSet(st, k, 1)
 	}
 	storeSet(st, "new3", 1)
 	expect("third eviction", 0, 3)
-	if held(keys[0]) || !held(keys[1]) {
-		t.Fatalf("every key used: %q should have gone, not %q", keys[0], keys[1])
+	if held(keys[len(keys)-1]) || !held(keys[0]) {
+		t.Fatalf("every key used: %q should have gone, not %q", keys[len(keys)-1], keys[0])
+	}
+	if _, ref := order(); slices.Contains(ref, true) {
+		t.Fatalf("the hand left reference bits set: %v", ref)
 	}
 
 	// 4. A key at rest goes before any busy key, wherever it is.
 	keys, _ = order()
-	storeSet(st, keys[20], 2) // at rest, and just used
+	storeSet(st, keys[len(keys)*2/3], 2) // at rest, and just used
 	storeSet(st, "new4", 1)
 	expect("at rest", 1, 3)
-	if held(keys[20]) {
+	if held(keys[len(keys)*2/3]) {
 		t.Fatal("the key at rest was kept while a busy key was dropped")
 	}
 }
@@ -474,14 +482,27 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
+// Under a cap the store takes no more shards than the cap allows for small
+// ones, and enough that none holds more than maxShardKeys, whatever
+// WithShards asked.
 func TestStoreShardsWithCap(t *testing.T) {
-	for _, tc := range []struct{ maxKeys, shards int }{{1, 1}, {100, 4}, {10_000, 64}, {1 << 20, 64}} {
-		st := newTestStore(tc.maxKeys, 64)
+	for _, tc := range []struct{ asked, maxKeys, shards int }{
+		{64, 0, 64},
+		{64, 1, 1},
+		{64, 100, 4},
+		{64, 10_000, 64},
+		{64, 1 << 20, 128},
+		{1, 1_000_000, 128},
+		{64, 10_000_000, 2048},
+		{4096, 10_000_000, 4096},
+		{64, 1 << 31, maxShards},
+	} {
+		st := newTestStore(tc.maxKeys, tc.asked)
 		if len(st.shards) != tc.shards {
-			t.Errorf("maxKeys %d: %d shards, want %d", tc.maxKeys, len(st.shards), tc.shards)
+			t.Errorf("maxKeys %d, %d shards asked: %d shards, want %d", tc.maxKeys, tc.asked, len(st.shards), tc.shards)
 		}
-		if st.perShardMax*len(st.shards) > tc.maxKeys {
-			t.Errorf("maxKeys %d: shards could hold %d", tc.maxKeys, st.perShardMax*len(st.shards))
+		if st.perShardMax*len(st.shards) > tc.maxKeys || (len(st.shards) < maxShards && st.perShardMax > maxShardKeys) {
+			t.Errorf("maxKeys %d: %d shards of %d keys", tc.maxKeys, len(st.shards), st.perShardMax)
 		}
 	}
 }
