@@ -118,6 +118,7 @@ type shard[S any] struct {
 	cursor int    // where the next eviction sample starts: the clock hand
 	hand   int    // the hand's step in its cycle through the table
 	scram  uint64 // the key of the order the hand visits the slots in
+	sample int    // keys an eviction looks through for one at rest, 0: evictProbe
 
 	inserts, evictedAtRest, evictedLRU uint64
 
@@ -150,6 +151,7 @@ const (
 	minSlots   = 8
 	restGrace  = 10 * time.Second // how long a key rests before a growing table drops it
 	evictProbe = 16               // keys sampled when choosing a victim at the cap
+	handRun    = 8                // slots the clock hand visits in a row before it jumps
 
 	// maxShardKeys is the most keys a shard holds under a cap: the store
 	// takes more shards than asked for a cap above maxShardKeys times
@@ -564,9 +566,7 @@ func (st *store[S]) sweepShard(sh *shard[S], now int64, all bool) {
 		if atomic.LoadUint64(&sl.hdr) != 0 {
 			w := sl.lockWait()
 			if st.atRest(&sl.s, now) {
-				sh.deleteAt(t, j) // a later key may move here: look again
-				sh.evictedAtRest++
-				sh.restAt = max(sh.restAt, now)
+				sh.dropAtRest(t, j, now) // a later key may move here: look again
 				continue
 			}
 			sl.unlock(w)
@@ -578,17 +578,20 @@ func (st *store[S]) sweepShard(sh *shard[S], now int64, all bool) {
 	}
 }
 
-// evictOne drops one key to make room, preferring a key at rest. The
-// sample is the evictProbe keys in table order from the key at the clock
-// hand:
-// the first of them at rest goes (which changes no decision). Else CLOCK:
-// the hand moves on through the slots and the first key it comes to that
-// was not used since it last passed goes, the keys it passes on the way
-// losing their reference bit (their second chance); if the evictProbe
-// keys it comes to have all been used, the last of them goes.
+// evictOne drops one key to make room, preferring a key at rest. First
+// it looks through a sample of keys in table order from the key at the
+// clock hand: the first of them at rest goes (which changes no decision).
+// The sample is evictProbe keys, halved each time it holds no key at rest
+// (down to the hand's key alone) and doubled each time it does, so that a
+// flood of keys that never rest costs a few slots per eviction, not
+// evictProbe locks. Else CLOCK: the hand moves on through the slots and
+// the first key it comes to that is at rest, or was not used since the
+// hand last passed it, goes, the keys it passes on the way losing their
+// reference bit (their second chance); if the evictProbe keys it comes to
+// have all been used, the last of them goes.
 //
-// The hand visits the slots in the scattered order of scatter, not one
-// after the other. Slots are in hash order, so a hand moving steadily
+// The hand visits the slots in a scattered order (handSlot), not one after
+// the other. Slots are in hash order, so a hand moving steadily
 // through them drops keys in hash order: just behind it the table is
 // nearly empty and ahead of it, where keys have gathered the longest, it
 // is packed solid, one probe run that grows with the table and that every
@@ -604,7 +607,10 @@ func (st *store[S]) evictOne(sh *shard[S], now int64) {
 		sh.moveHand(n)
 		probes++
 	}
-	for i, seen := sh.cursor, 0; seen < evictProbe && seen < sh.n; i++ {
+	if sh.sample == 0 {
+		sh.sample = evictProbe
+	}
+	for i, seen := sh.cursor, 0; seen < sh.sample && seen < sh.n; i++ {
 		if i == n {
 			i = 0
 		}
@@ -617,13 +623,13 @@ func (st *store[S]) evictOne(sh *shard[S], now int64) {
 		w := sl.lockWait()
 		if st.atRest(&sl.s, now) {
 			sh.probed += probes
-			sh.deleteAt(t, i)
-			sh.evictedAtRest++
-			sh.restAt = max(sh.restAt, now)
+			sh.sample = min(2*sh.sample, evictProbe)
+			sh.dropAtRest(t, i, now)
 			return
 		}
 		sl.unlock(w)
 	}
+	sh.sample = max(sh.sample/2, 1)
 	for passed := 0; ; {
 		i := sh.cursor
 		sh.moveHand(n)
@@ -633,6 +639,11 @@ func (st *store[S]) evictOne(sh *shard[S], now int64) {
 			continue
 		}
 		w := sl.lockWait()
+		if st.atRest(&sl.s, now) {
+			sh.probed += probes
+			sh.dropAtRest(t, i, now)
+			return
+		}
 		if passed++; w&refBit == 0 || passed == evictProbe {
 			sh.probed += probes
 			sh.deleteAt(t, i)
@@ -643,12 +654,44 @@ func (st *store[S]) evictOne(sh *shard[S], now int64) {
 	}
 }
 
+// dropAtRest deletes the key at slot i, whose lock bit the caller holds,
+// at rest at now. Requires sh.mu held.
+func (sh *shard[S]) dropAtRest(t *table[S], i int, now int64) {
+	sh.deleteAt(t, i)
+	sh.evictedAtRest++
+	sh.restAt = max(sh.restAt, now)
+}
+
 // moveHand moves the clock hand to its next slot in a table of n slots.
 func (sh *shard[S]) moveHand(n int) {
-	if sh.hand++; sh.hand >= n {
-		sh.hand = 0
+	steps := handSteps(n)
+	for {
+		if sh.hand++; sh.hand >= steps {
+			sh.hand = 0
+		}
+		if i := handSlot(sh.hand, n, sh.scram); i >= 0 {
+			sh.cursor = i
+			return
+		}
 	}
-	sh.cursor = scatter(sh.hand, n, sh.scram)
+}
+
+// handSteps is the length of the clock hand's cycle through a table of n
+// slots: handRun steps for each run of handRun slots.
+func handSteps(n int) int { return (n + handRun - 1) / handRun * handRun }
+
+// handSlot returns the slot the clock hand visits at step k of its cycle
+// through a table of n slots, or -1 for none (past the end of the table,
+// in its last run). The hand visits the runs of handRun slots in the order
+// of scatter, and the slots of each run one after the other: the runs are
+// too short for an uneven spread of keys within them to matter, and long
+// enough that most evictions find the hand's slot in the cache.
+func handSlot(k, n int, key uint64) int {
+	i := scatter(k/handRun, (n+handRun-1)/handRun, key)*handRun + k%handRun
+	if i >= n {
+		return -1
+	}
+	return i
 }
 
 // scatter returns the slot the clock hand visits at step k of its cycle
@@ -733,7 +776,7 @@ func (sh *shard[S]) maybeShrink() bool {
 // new one. Requires sh.mu held.
 func (sh *shard[S]) rebuild(size int, compact bool) {
 	old := sh.tab.Load()
-	sh.hand, sh.cursor = 0, scatter(0, size, sh.scram)
+	sh.hand, sh.cursor = 0, handSlot(0, size, sh.scram) // a run's first slot: in the table
 	nt := &table[S]{slots: make([]slot[S], size)}
 	var ob, nb []byte
 	if old != nil {

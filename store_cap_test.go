@@ -204,10 +204,38 @@ func TestStoreCapShardsOddCap(t *testing.T) {
 	checkStore(t, st)
 }
 
+// The clock hand visits every slot of a table exactly once a cycle, in
+// runs of handRun slots.
+func TestHandVisitsEverySlotOnce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, n := range []int{8, 9, 12, 17, 100, 1021, 4096, 4097} {
+		key := rng.Uint64()
+		seen := make([]bool, n)
+		visits := 0
+		for k := range handSteps(n) {
+			i := handSlot(k, n, key)
+			if i < 0 {
+				continue
+			}
+			if seen[i] {
+				t.Fatalf("n %d: slot %d visited twice", n, i)
+			}
+			if k%handRun > 0 && handSlot(k-1, n, key) != i-1 {
+				t.Fatalf("n %d: step %d goes to %d, not after step %d's slot", n, k, i, k-1)
+			}
+			seen[i] = true
+			visits++
+		}
+		if visits != n {
+			t.Fatalf("n %d: %d slots visited", n, visits)
+		}
+	}
+}
+
 // scatter is a permutation of [0, n) for every n, powers of two or not.
 func TestScatterIsAPermutation(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
-	for _, n := range []int{8, 9, 12, 17, 64, 100, 1021, 4096, 4097, 65_537} {
+	for _, n := range []int{1, 2, 3, 8, 9, 12, 17, 64, 100, 1021, 4096, 4097, 65_537} {
 		key := rng.Uint64()
 		seen := make([]bool, n)
 		for k := range n {

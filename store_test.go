@@ -176,10 +176,12 @@ func TestStoreLazySweep(t *testing.T) {
 	}
 }
 
-// At the cap, a key at rest in the sample goes first; else CLOCK: the
-// first key the hand comes to not used since the hand last passed it, the
-// hand clearing the reference bits it passes; else, after evictProbe keys
-// all used, the last of them.
+// At the cap, a key at rest in the sample (the keys in table order from the
+// hand, evictProbe of them, halved after each eviction that found none at
+// rest, doubled after each that did) goes first; else CLOCK: the first key
+// the hand comes to that is at rest or not used since the hand last passed
+// it, the hand clearing the reference bits it passes; else, after
+// evictProbe keys all used, the last of them.
 func TestStoreCapDropsAtRestFirstThenCLOCK(t *testing.T) {
 	// A cap of evictProbe keys in one shard: the sample is the whole shard.
 	st := newTestStore(evictProbe, 1)
@@ -192,17 +194,35 @@ func TestStoreCapDropsAtRestFirstThenCLOCK(t *testing.T) {
 	order := func() (keys []string, ref []bool) {
 		slots, arena := tableOf(sh)
 		n := len(slots)
-		if scatter(sh.hand, n, sh.scram) != sh.cursor {
+		if handSlot(sh.hand, n, sh.scram) != sh.cursor {
 			t.Fatalf("the hand is at step %d, slot %d: not where its order puts it", sh.hand, sh.cursor)
 		}
-		for j := range slots {
-			w := slots[scatter((sh.hand+j)%n, n, sh.scram)].hdr
-			if w != 0 {
+		steps := handSteps(n)
+		for j := range steps {
+			i := handSlot((sh.hand+j)%steps, n, sh.scram)
+			if i < 0 {
+				continue
+			}
+			if w := slots[i].hdr; w != 0 {
 				keys = append(keys, string(arenaKey(arena, w&offMask)))
 				ref = append(ref, w&refBit != 0)
 			}
 		}
 		return keys, ref
+	}
+	// sample lists the keys held in table order from the hand, first moved
+	// to a key as evictOne moves it.
+	sample := func() (keys []string) {
+		slots, arena := tableOf(sh)
+		for slots[sh.cursor].hdr == 0 {
+			sh.moveHand(len(slots))
+		}
+		for j := range slots {
+			if w := slots[(sh.cursor+j)%len(slots)].hdr; w != 0 {
+				keys = append(keys, string(arenaKey(arena, w&offMask)))
+			}
+		}
+		return keys
 	}
 	held := func(key string) bool { // without touching the key, unlike storeGet
 		keys, _ := order()
@@ -266,13 +286,45 @@ func TestStoreCapDropsAtRestFirstThenCLOCK(t *testing.T) {
 		t.Fatalf("the hand left reference bits set: %v", ref)
 	}
 
-	// 4. A key at rest goes before any busy key, wherever it is.
-	keys, _ = order()
-	storeSet(st, keys[len(keys)*2/3], 2) // at rest, and just used
+	// 4. Three evictions found no key at rest: the sample is an eighth.
+	if sh.sample != evictProbe/8 {
+		t.Fatalf("after three samples without a key at rest, the sample is %d keys, want %d", sh.sample, evictProbe/8)
+	}
+
+	// 5. A key at rest in the sample goes before any busy key, and the
+	// sample doubles.
+	in := sample()[sh.sample-1]
+	storeSet(st, in, 2) // at rest, and just used
 	storeSet(st, "new4", 1)
-	expect("at rest", 1, 3)
-	if held(keys[len(keys)*2/3]) {
-		t.Fatal("the key at rest was kept while a busy key was dropped")
+	expect("at rest in the sample", 1, 3)
+	if held(in) {
+		t.Fatal("the key at rest in the sample was kept while a busy key was dropped")
+	}
+	if sh.sample != evictProbe/4 {
+		t.Fatalf("after a sample with a key at rest, the sample is %d keys, want %d", sh.sample, evictProbe/4)
+	}
+
+	// 6. A key at rest beyond the sample goes when the hand comes to it
+	// before any key not used: the keys it passes keep their state.
+	inSample := sample()[:sh.sample]
+	keys, _ = order()
+	j := 1
+	for slices.Contains(inSample, keys[j]) {
+		j++
+	}
+	for _, k := range keys[:j] {
+		storeSet(st, k, 1) // used
+	}
+	storeSet(st, keys[j], 2) // at rest
+	storeSet(st, "new5", 1)
+	expect("at rest at the hand", 2, 3)
+	if held(keys[j]) {
+		t.Fatal("the key at rest the hand came to was kept")
+	}
+	for _, k := range keys[:j] {
+		if !held(k) {
+			t.Fatalf("%q, used, was dropped", k)
+		}
 	}
 }
 
