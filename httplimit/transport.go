@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"net/http"
@@ -19,29 +20,34 @@ const DefaultMaxPause = 10 * time.Minute
 
 // Transport is an http.RoundTripper for calling someone else's API within
 // its limits. Before each request it waits out any pause the server asked
-// for, then waits on Limiter (Wait, with the request's context), then takes
-// a permit of Concurrency, which it holds while the request is in flight:
-// until the response body is read to the end or closed, or the round trip
-// fails. So close response bodies, as net/http asks anyway, or permits
-// leak.
+// for, then takes a permit of Concurrency, then waits on Limiter (Wait,
+// with the request's context), and sends. It holds the permit while the
+// request is in flight: until the response body is read to the end or
+// closed, or the round trip fails. So close response bodies, as net/http
+// asks anyway, or permits leak. (The permit is taken before the limiter's
+// turn so that a request that is not sent can give both back: a limiter's
+// event that has come due cannot be; so Concurrency also bounds the
+// requests waiting for their turn on the limiter.)
 //
 // When a response is 429 Too Many Requests or 503 Service Unavailable with
 // Retry-After (seconds, or an HTTP date, read against the response's Date
 // header when it has one), later requests with the same key are held until
 // then, at most MaxPause: those yet to start, and those still waiting on
-// the limiter or for a permit, which look again just before sending (the
-// limiter's event they already took stays taken). Requests already sent
-// cannot be called back. The response itself is returned as is: Transport
-// never retries, as only the caller knows whether a request may be sent
-// twice.
+// the limiter or for a permit, which give back their booking and their
+// permit and wait out the pause. Requests already sent cannot be called
+// back. The response itself is returned as is: Transport never retries,
+// as only the caller knows whether a request may be sent twice.
 //
 // Waiting follows the request's context: if a pause or the limiter's delay
 // would outlast the context's deadline (the time left to it measured in
 // real time, whatever the Clock, as ratelimit's WaitN does), RoundTrip
-// fails at once with an
-// error matching ratelimit.ErrLimited and context.DeadlineExceeded; if the
-// context ends during a wait, with its error. Nothing is sent then, the
-// request body is closed, and the limiter's booking is given back.
+// fails at once with an error matching ratelimit.ErrLimited and
+// context.DeadlineExceeded; if the context ends during a wait, with its
+// error. A request that is not sent gives back everything it took: its
+// limiter booking (as Reservation.Cancel does) and its permit; its body
+// is closed. A request handed to Base counts as sent, even if the round
+// trip fails: it may have reached the server, so its limiter event stays
+// taken.
 //
 // The zero Transport sends through http.DefaultTransport with no limit.
 // Set the fields before first use and do not change them afterwards; a
@@ -67,7 +73,16 @@ type Transport struct {
 	MaxPause time.Duration
 
 	mu     sync.Mutex
-	paused map[string]time.Time // key -> hold requests until
+	paused map[string]time.Time    // key -> hold requests until
+	wake   map[string]*pauseSignal // key -> requests waiting on the limiter
+}
+
+// pauseSignal is cancelled when a pause of its key begins, waking the
+// requests of that key that wait on the limiter.
+type pauseSignal struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	waiters int
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -83,30 +98,39 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
-	if err := t.waitPause(ctx, key); err != nil {
-		return fail(err)
-	}
-	if t.Limiter != nil {
-		if err := t.Limiter.Wait(ctx, key); err != nil {
-			return fail(err)
+	release := func() {
+		if t.Concurrency != nil {
+			t.Concurrency.Release()
 		}
 	}
-	// A pause may have begun while this request waited: look again just
-	// before sending, holding no permit while paused.
+	taken := false // the limiter's turn has come: its event is spent
 	for {
 		if err := t.waitPause(ctx, key); err != nil {
-			return fail(err)
+			return fail(err) // holding nothing, or an event already spent
 		}
-		if t.Concurrency == nil {
-			break
+		if t.Concurrency != nil {
+			if err := t.Concurrency.Acquire(ctx); err != nil {
+				return fail(err)
+			}
 		}
-		if err := t.Concurrency.Acquire(ctx); err != nil {
-			return fail(err)
+		if !taken {
+			paused, err := t.waitTurn(ctx, key)
+			if err != nil {
+				release()
+				return fail(err) // the limiter gave its booking back
+			}
+			if paused {
+				release() // given back: wait out the pause holding nothing
+				continue
+			}
+			taken = true
 		}
+		// A pause may have begun just as the turn came: the event is spent
+		// then, but the server's pause still holds.
 		if _, paused := t.PausedUntil(key); !paused {
 			break
 		}
-		t.Concurrency.Release()
+		release()
 	}
 	base := t.Base
 	if base == nil {
@@ -114,9 +138,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp, err := base.RoundTrip(req)
 	if err != nil {
-		if t.Concurrency != nil {
-			t.Concurrency.Release()
-		}
+		release()
 		return nil, err
 	}
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
@@ -126,6 +148,54 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp.Body = holdPermit(resp.Body, t.Concurrency.Release)
 	}
 	return resp, nil
+}
+
+// waitTurn waits on the limiter for key's turn. It reports paused when a
+// pause of key began before the turn came; then, as when it fails, the
+// limiter's booking has been given back.
+func (t *Transport) waitTurn(ctx context.Context, key string) (paused bool, err error) {
+	sig, done := t.watchPause(key)
+	defer done()
+	if _, paused := t.PausedUntil(key); paused {
+		return true, nil
+	}
+	if t.Limiter == nil {
+		return false, nil
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(sig, cancel)
+	defer stop()
+	err = t.Limiter.Wait(wctx, key)
+	if err != nil && ctx.Err() == nil && sig.Err() != nil {
+		return true, nil // the pause ended the wait, which gave its booking back
+	}
+	return false, err
+}
+
+// watchPause returns a context cancelled when a pause of key begins, and
+// the function to call when no longer watching.
+func (t *Transport) watchPause(key string) (context.Context, func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	sig := t.wake[key]
+	if sig == nil {
+		if t.wake == nil {
+			t.wake = make(map[string]*pauseSignal)
+		}
+		sig = &pauseSignal{}
+		sig.ctx, sig.cancel = context.WithCancel(context.Background())
+		t.wake[key] = sig
+	}
+	sig.waiters++
+	return sig.ctx, func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if sig.waiters--; sig.waiters == 0 && t.wake[key] == sig {
+			delete(t.wake, key)
+			sig.cancel()
+		}
+	}
 }
 
 func (t *Transport) clock() ratelimit.Clock {
@@ -198,31 +268,87 @@ func (t *Transport) notePause(key string, resp *http.Response) {
 	}
 	if until.After(t.paused[key]) {
 		t.paused[key] = until
+		if sig := t.wake[key]; sig != nil {
+			delete(t.wake, key)
+			sig.cancel()
+		}
 	}
 }
 
-// retryAfter reads a Retry-After header: delay-seconds or an HTTP date. A
-// date is measured from the response's Date if it has one (so that the
-// two clocks need not agree), else from now.
+// retryAfter reads the Retry-After header: delay-seconds or an HTTP date.
+// Seconds are a whole number of any length (more than a Duration holds
+// reads as the longest Duration); a decimal fraction, which some servers
+// send, is honoured to the nanosecond, rounded up. A date is measured from
+// the response's Date if it has one (so that the two clocks need not
+// agree), else from now; one in the past asks for no pause. A value that
+// is neither (a sign, inner spaces, garbage) is ignored. With several
+// Retry-After lines, the longest valid one counts.
 func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
-	v := strings.TrimSpace(h.Get("Retry-After"))
-	if v == "" {
-		return 0, false
-	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if secs < 0 {
-			return 0, false
+	var longest time.Duration
+	found := false
+	for _, v := range h.Values("Retry-After") {
+		d, ok := parseRetryAfter(strings.TrimSpace(v), h, now)
+		if ok && (!found || d > longest) {
+			longest, found = d, true
 		}
-		return time.Duration(min(secs, int64(1<<63-1)/int64(time.Second))) * time.Second, true
+	}
+	return longest, found
+}
+
+func parseRetryAfter(v string, h http.Header, now time.Time) (time.Duration, bool) {
+	if d, ok := parseSeconds(v); ok {
+		return d, true
 	}
 	at, err := http.ParseTime(v)
 	if err != nil {
 		return 0, false
 	}
 	if date, err := http.ParseTime(h.Get("Date")); err == nil {
-		return at.Sub(date), true
+		return at.Sub(date), true // Sub saturates: no overflow either way
 	}
 	return at.Sub(now), true
+}
+
+// parseSeconds reads digits[.digits] as a Duration, saturating at the
+// longest Duration, a fraction rounded up to the nanosecond.
+func parseSeconds(v string) (time.Duration, bool) {
+	const maxD = time.Duration(1<<63 - 1)
+	whole, frac, dot := strings.Cut(v, ".")
+	if whole == "" || dot && frac == "" || !allDigits(whole) || !allDigits(frac) {
+		return 0, false
+	}
+	whole = strings.TrimLeft(whole, "0")
+	if len(whole) > 19 { // more than 10^19 seconds: far more than maxD
+		return maxD, true
+	}
+	secs, err := strconv.ParseUint(cmp.Or(whole, "0"), 10, 64)
+	if err != nil || secs > uint64(maxD/time.Second) {
+		return maxD, true
+	}
+	d := time.Duration(secs) * time.Second
+	var ns time.Duration
+	for i := range 9 {
+		ns *= 10
+		if i < len(frac) {
+			ns += time.Duration(frac[i] - '0')
+		}
+	}
+	if len(frac) > 9 && strings.Trim(frac[9:], "0") != "" {
+		ns++ // rounded up: never earlier than asked
+	}
+	if d > maxD-ns {
+		return maxD, true
+	}
+	return d + ns, true
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // holdPermit returns body wrapped to call release once, at the end of the
