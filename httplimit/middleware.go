@@ -61,7 +61,7 @@ type config struct {
 	ip       KeyFunc                    // RulesMiddleware: ByIP()
 	class    func(*http.Request) string // RulesMiddleware: the rules' own patterns
 	name     string                     // Middleware: "default"
-	window   time.Duration              // Middleware: 0, no w
+	window   time.Duration              // Middleware: 0, the limiter's Window
 	headers  Headers                    // IETFHeaders
 	denied   DeniedFunc                 // 429, text or problem+json
 	onError  ErrorFunc                  // 403 for ErrNoKey, else 503
@@ -108,7 +108,10 @@ func WithKey(f KeyFunc) Option { return func(c *config) { c.key = f } }
 
 // WithPolicy names Middleware's limit in the RateLimit headers (default
 // "default") and gives its window, the w of RateLimit-Policy, rounded up to
-// whole seconds (default 0: no w; the quota q is the Decision's Limit).
+// whole seconds. A window of 0 (the default) takes the limiter's own, if it
+// has a Window method as the limiters of package ratelimit do (how long an
+// empty allowance takes to refill); a negative window writes no w. The
+// quota q is the Decision's Limit.
 func WithPolicy(name string, window time.Duration) Option {
 	return func(c *config) { c.name, c.window = name, window }
 }
@@ -200,7 +203,10 @@ func Middleware(lim ratelimit.Limiter, opts ...Option) func(http.Handler) http.H
 		panic("httplimit: Middleware with a nil limiter")
 	}
 	c := newConfig(opts)
-	m := &limitMiddleware{cfg: c, lim: lim, item: sfString(c.name), names: []string{c.name}}
+	m := &limitMiddleware{cfg: c, lim: lim, item: sfString(c.name), names: []string{c.name}, window: c.window}
+	if w, ok := lim.(interface{ Window() time.Duration }); ok && m.window == 0 {
+		m.window = w.Window()
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 	}
@@ -211,6 +217,7 @@ type limitMiddleware struct {
 	lim    ratelimit.Limiter
 	item   string
 	names  []string
+	window time.Duration // RateLimit-Policy's w; <= 0: none
 	policy atomic.Pointer[cachedPolicy]
 }
 
@@ -225,7 +232,7 @@ func (m *limitMiddleware) policyFor(limit int) string {
 	if p := m.policy.Load(); p != nil && p.limit == limit {
 		return p.value
 	}
-	p := &cachedPolicy{limit: limit, value: policyItem(m.item, limit, m.cfg.window)}
+	p := &cachedPolicy{limit: limit, value: policyItem(m.item, limit, m.window)}
 	m.policy.Store(p)
 	return p.value
 }
