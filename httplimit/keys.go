@@ -33,6 +33,19 @@ type KeyFunc func(r *http.Request) (string, error)
 // trusted proxy appends the address it received the request from, so
 // that address is the first one no trusted party vouches for beyond it;
 // everything to its left is the client's to invent.
+//
+// The chain is read from the right, and reading stops at that address, so
+// the cost of a request does not grow with what a client adds on the left:
+// nothing is allocated for the chain, and at most 32 entries are read (a
+// chain of more trusted proxies than that is keyed by the 32nd from the
+// right). An entry that is not an address also stops the reading, and the
+// last address read is the client: "unknown", an obfuscated identifier,
+// an X-Forwarded-For entry longer than 256 bytes or a Forwarded element
+// longer than 1024, and the last element of a Forwarded line that ends
+// inside a quoted string (a client's open quote could swallow what a
+// proxy appends to its line). A Forwarded line holding a quote is scanned
+// once in full, to find its quoted strings; other lines are read from
+// their end only.
 type IPConfig struct {
 	// TrustedProxies lists the addresses of your own proxies (load
 	// balancers, CDN egress ranges). Empty: the connection's address

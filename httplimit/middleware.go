@@ -295,7 +295,11 @@ func (m *limitMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 // (Request.RequestURI), so that rules written with the full path apply
 // too. The patterns the application's mux routes by do not matter: a rule
 // on "GET /items/{id}" limits "GET /items/new" even if the mux has a route
-// of its own for it.
+// of its own for it. A host pattern matches the Host header, which the
+// client writes: it protects what a mux routes by that host, not a handler
+// served under every host. Behind a router that matches paths otherwise
+// than ServeMux (case, escapes, trailing slashes), write the rules to
+// cover what it routes, or name classes with WithClass from inside it.
 //
 // It panics if a rule class is not a valid pattern, or two classes are
 // patterns ServeMux would refuse to register together (equal, or

@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,7 +62,9 @@ type Transport struct {
 	// by Key.
 	Limiter ratelimit.Limiter
 	// Key returns the key of a request, for Limiter and for pauses; nil
-	// means the request's host (URL.Host, with its port if given).
+	// means the request's host as HostKey writes it, so that one server
+	// spelt several ways ("API.example.com", "api.example.com:443",
+	// "api.example.com.") is one key.
 	Key func(r *http.Request) string
 	// Concurrency, if not nil, bounds the requests in flight (across all
 	// keys), such as a *ratelimit.Bulkhead.
@@ -88,8 +92,10 @@ type pauseSignal struct {
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	key := req.URL.Host
-	if t.Key != nil {
+	var key string
+	if t.Key == nil {
+		key = HostKey(req.URL)
+	} else {
 		key = t.Key(req)
 	}
 	fail := func(err error) (*http.Response, error) {
@@ -196,6 +202,22 @@ func (t *Transport) watchPause(key string) (context.Context, func()) {
 			sig.cancel()
 		}
 	}
+}
+
+// HostKey returns the Transport's default key of a request to u: its host
+// in lower case, without a trailing dot, with its port unless it is the
+// scheme's default (80 for http, 443 for https). IPv6 addresses keep their
+// brackets: "[2001:db8::1]:8443".
+func HostKey(u *url.URL) string {
+	host, port := u.Hostname(), u.Port()
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if port == "" || port == "80" && u.Scheme == "http" || port == "443" && u.Scheme == "https" {
+		if strings.Contains(host, ":") {
+			return "[" + host + "]"
+		}
+		return host
+	}
+	return net.JoinHostPort(host, port)
 }
 
 func (t *Transport) clock() ratelimit.Clock {

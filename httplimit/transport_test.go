@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -560,3 +561,49 @@ func TestTransportGivesBackWhatItDidNotUse(t *testing.T) {
 		}
 	})
 }
+
+// One server spelt several ways is one key: a caller whose URLs come from
+// elsewhere cannot step around the limit by spelling the host anew.
+func TestHostKey(t *testing.T) {
+	for _, tc := range []struct{ url, want string }{
+		{"https://api.example.com/x", "api.example.com"},
+		{"https://API.Example.COM/x", "api.example.com"},
+		{"https://api.example.com:443/x", "api.example.com"},
+		{"https://api.example.com./x", "api.example.com"},
+		{"http://api.example.com:80/x", "api.example.com"},
+		{"http://api.example.com:443/x", "api.example.com:443"},
+		{"https://api.example.com:8443/x", "api.example.com:8443"},
+		{"http://127.0.0.1:8080/", "127.0.0.1:8080"},
+		{"https://[2001:DB8::1]/", "[2001:db8::1]"},
+		{"https://[2001:db8::1]:8443/", "[2001:db8::1]:8443"},
+	} {
+		u, err := url.Parse(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := HostKey(u); got != tc.want {
+			t.Errorf("HostKey(%s) = %q, want %q", tc.url, got, tc.want)
+		}
+	}
+	// Through the Transport: the limiter sees one key.
+	clock := ratelimit.NewManualClock(t0)
+	lim := tokenBucket(t, ratelimit.PerMinute(1), 1, clock)
+	var sent []string
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		sent = append(sent, r.URL.String())
+		return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
+	})
+	c := &http.Client{Transport: &Transport{Base: base, Limiter: lim, Clock: clock}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for _, u := range []string{"https://api.example.com/a", "https://API.example.com:443/b", "https://api.example.com./c"} {
+		c.Do(newRequest(t, ctx, u))
+	}
+	if len(sent) != 1 {
+		t.Errorf("sent %q: one server spelt three ways got more than its 1 a minute", sent)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
