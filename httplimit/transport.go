@@ -3,6 +3,7 @@ package httplimit
 import (
 	"cmp"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -37,7 +38,8 @@ const DefaultMaxPause = 10 * time.Minute
 // then, at most MaxPause: those yet to start, and those still waiting on
 // the limiter or for a permit, which give back their booking and their
 // permit and wait out the pause. Requests already sent cannot be called
-// back. The response itself is returned as is: Transport never retries,
+// back, and a request whose turn on the limiter came as the pause began
+// is sent: its event is spent. The response itself is returned as is: Transport never retries,
 // as only the caller knows whether a request may be sent twice.
 //
 // Waiting follows the request's context: if a pause or the limiter's delay
@@ -76,17 +78,9 @@ type Transport struct {
 	// DefaultMaxPause; a negative value ignores Retry-After.
 	MaxPause time.Duration
 
-	mu     sync.Mutex
-	paused map[string]time.Time    // key -> hold requests until
-	wake   map[string]*pauseSignal // key -> requests waiting on the limiter
-}
-
-// pauseSignal is cancelled when a pause of its key begins, waking the
-// requests of that key that wait on the limiter.
-type pauseSignal struct {
-	ctx     context.Context
-	cancel  context.CancelFunc
-	waiters int
+	mu      sync.Mutex
+	paused  map[string]time.Time                // key -> hold requests until
+	waiting map[string]map[*turnWaiter]struct{} // key -> requests waiting on the limiter
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -109,34 +103,24 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			t.Concurrency.Release()
 		}
 	}
-	taken := false // the limiter's turn has come: its event is spent
 	for {
 		if err := t.waitPause(ctx, key); err != nil {
-			return fail(err) // holding nothing, or an event already spent
+			return fail(err) // holding nothing
 		}
 		if t.Concurrency != nil {
 			if err := t.Concurrency.Acquire(ctx); err != nil {
-				return fail(err)
+				return fail(err) // holding nothing
 			}
 		}
-		if !taken {
-			paused, err := t.waitTurn(ctx, key)
-			if err != nil {
-				release()
-				return fail(err) // the limiter gave its booking back
-			}
-			if paused {
-				release() // given back: wait out the pause holding nothing
-				continue
-			}
-			taken = true
+		paused, err := t.waitTurn(ctx, key)
+		if err != nil {
+			release()
+			return fail(err) // the limiter gave its booking back
 		}
-		// A pause may have begun just as the turn came: the event is spent
-		// then, but the server's pause still holds.
-		if _, paused := t.PausedUntil(key); !paused {
-			break
+		if !paused {
+			break // the turn has come: the request goes
 		}
-		release()
+		release() // given back: wait out the pause holding nothing
 	}
 	base := t.Base
 	if base == nil {
@@ -158,49 +142,58 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // waitTurn waits on the limiter for key's turn. It reports paused when a
 // pause of key began before the turn came; then, as when it fails, the
-// limiter's booking has been given back.
+// limiter's booking has been given back. Once the turn has come the
+// request is sent, even if a pause begins at that instant: its event is
+// spent, as for a request already sent.
 func (t *Transport) waitTurn(ctx context.Context, key string) (paused bool, err error) {
-	sig, done := t.watchPause(key)
-	defer done()
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w := &turnWaiter{cancel: cancel}
+	t.addWaiter(key, w)
+	defer t.removeWaiter(key, w)
 	if _, paused := t.PausedUntil(key); paused {
 		return true, nil
 	}
 	if t.Limiter == nil {
 		return false, nil
 	}
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(sig, cancel)
-	defer stop()
 	err = t.Limiter.Wait(wctx, key)
-	if err != nil && ctx.Err() == nil && sig.Err() != nil {
+	if err != nil && ctx.Err() == nil && context.Cause(wctx) == errPaused {
 		return true, nil // the pause ended the wait, which gave its booking back
 	}
 	return false, err
 }
 
-// watchPause returns a context cancelled when a pause of key begins, and
-// the function to call when no longer watching.
-func (t *Transport) watchPause(key string) (context.Context, func()) {
+// errPaused is the cause of a wait on the limiter that a pause ended.
+var errPaused = errors.New("httplimit: paused by a server's Retry-After")
+
+// turnWaiter is a request waiting on the limiter; a pause of its key
+// cancels its wait, before notePause returns.
+type turnWaiter struct {
+	cancel context.CancelCauseFunc
+}
+
+func (t *Transport) addWaiter(key string, w *turnWaiter) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	sig := t.wake[key]
-	if sig == nil {
-		if t.wake == nil {
-			t.wake = make(map[string]*pauseSignal)
-		}
-		sig = &pauseSignal{}
-		sig.ctx, sig.cancel = context.WithCancel(context.Background())
-		t.wake[key] = sig
+	if t.waiting == nil {
+		t.waiting = make(map[string]map[*turnWaiter]struct{})
 	}
-	sig.waiters++
-	return sig.ctx, func() {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		if sig.waiters--; sig.waiters == 0 && t.wake[key] == sig {
-			delete(t.wake, key)
-			sig.cancel()
-		}
+	ws := t.waiting[key]
+	if ws == nil {
+		ws = make(map[*turnWaiter]struct{})
+		t.waiting[key] = ws
+	}
+	ws[w] = struct{}{}
+}
+
+func (t *Transport) removeWaiter(key string, w *turnWaiter) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ws := t.waiting[key]
+	delete(ws, w)
+	if len(ws) == 0 {
+		delete(t.waiting, key)
 	}
 }
 
@@ -290,9 +283,8 @@ func (t *Transport) notePause(key string, resp *http.Response) {
 	}
 	if until.After(t.paused[key]) {
 		t.paused[key] = until
-		if sig := t.wake[key]; sig != nil {
-			delete(t.wake, key)
-			sig.cancel()
+		for w := range t.waiting[key] {
+			w.cancel(errPaused)
 		}
 	}
 }

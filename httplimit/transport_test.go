@@ -326,7 +326,13 @@ func TestTransportPauseWhileWaiting(t *testing.T) {
 	if code := <-first; code != 429 {
 		t.Fatalf("first: %d", code)
 	}
-	clock.Advance(time.Second) // the limiter lets it go; the pause holds it
+	// The pause woke the second, which gave back its booking and permit.
+	for deadline := time.Now().Add(5 * time.Second); sem.InFlight() != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the second holds its permit after the pause began")
+		}
+	}
+	clock.Advance(time.Second) // its turn would have come; the pause holds it
 	waitTimers(t, clock, 1)
 	if sem.InFlight() != 0 {
 		t.Errorf("a paused request holds a permit")
