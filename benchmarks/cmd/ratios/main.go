@@ -2,8 +2,8 @@
 // run and prints, as Markdown, the median of each benchmark as a ratio
 // against the baseline measured in the same run: x/time/rate for the rate
 // limiters (a single rate.Limiter for one key, the map+mutex pattern for
-// many keys), x/sync/semaphore for the bulkheads. It then checks issue 7's
-// targets for our limiters.
+// many keys), x/sync/semaphore for the bulkheads. It then checks the
+// project's performance targets for our limiters.
 //
 // Usage:
 //
