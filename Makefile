@@ -61,7 +61,8 @@ lint: vet
 ## BENCH narrows the run, the flood is left out unless MEMBENCH asks for it:
 ## make bench BENCH='OneKey/path=allow'                      (no flood)
 ## make bench BENCH=Keys MEMBENCH='^BenchmarkMemory$$'       (with it)
-## BenchmarkRedis is left to make bench-redis.
+## BenchmarkRedis is left to make bench-redis. RATIOSFLAGS=-targets adds
+## the project's performance targets to the ratios, checked on the run.
 ## A CPU profile of one row: make bench-profile PROFILE='OneKey/path=allow/impl=ours-tokenbucket/run=serial'
 COUNT ?= 6
 BENCHTIME ?= 300ms
@@ -69,6 +70,7 @@ BENCH ?= .
 MEMBENCH ?= $(if $(filter .,$(BENCH)),^BenchmarkMemory$$,)
 MEMCOUNT ?= 1
 BENCHRAW ?= bench.txt
+RATIOSFLAGS ?=
 BENCHWARN = if [ '$(COUNT)' -lt 2 ]; then echo "warning: COUNT=$(COUNT): one sample per benchmark gives no spread, and on a shared machine one sample can be off by 2x: do not quote these ratios (COUNT=3 or more)" >&2; fi
 bench: SHELL := /bin/bash
 bench: .SHELLFLAGS := -e -o pipefail -c
@@ -86,7 +88,7 @@ bench:
 	@echo; echo "== benchstat $(BENCHRAW)"
 	cd benchmarks && $(GO) tool benchstat ../$(BENCHRAW)
 	@echo; echo "== ratios against x/time/rate, same run"
-	cd benchmarks && $(GO) run ./cmd/ratios ../$(BENCHRAW)
+	cd benchmarks && $(GO) run ./cmd/ratios $(RATIOSFLAGS) ../$(BENCHRAW)
 	@$(BENCHWARN)
 
 ## bench-redis: our Redis token bucket next to go-redis/redis_rate and a
