@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -195,4 +196,30 @@ func curl(addr, path string) (string, error) {
 	}
 	resp.Body.Close()
 	return raw.String(), nil
+}
+
+// TestDocLinks checks that every relative link and image of the README and
+// docs/ names a file of the repository.
+func TestDocLinks(t *testing.T) {
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	n := 0
+	for _, f := range docFiles(t) {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(data), -1) {
+			target, _, _ := strings.Cut(m[1], "#")
+			if target == "" || strings.Contains(target, "://") {
+				continue
+			}
+			n++
+			if _, err := os.Stat(filepath.Join(filepath.Dir(f), target)); err != nil {
+				t.Errorf("%s: a link to %s, which does not exist", f, m[1])
+			}
+		}
+	}
+	if n < 10 {
+		t.Fatalf("found %d relative links; the README alone has more", n)
+	}
 }
