@@ -77,6 +77,9 @@ func TestRulesMiddlewareLayouts(t *testing.T) {
 		{"admin.example.com/: 2/h per ip", []string{"GET admin.example.com /", "POST admin.example.com:8443 /x"}, []string{"GET example.com /"}},
 		// A method-less rule limits every method.
 		{"/login: 2/h per ip", []string{"POST example.com /login", "DELETE example.com /login"}, []string{"GET example.com /login/"}},
+		// A request no rule pattern matches (whatever the mux answers:
+		// here its "/" route; a 404 elsewhere) gets the "*" rules.
+		{"POST /login: 5/h per ip\n*: 2/h per ip", []string{"GET example.com /nowhere", "DELETE example.com /items/7"}, nil},
 		// The missing slash ServeMux redirects for, and an unclean path,
 		// count as the pattern they are sent on to.
 		{"/files/: 2/h per ip", []string{"GET example.com /files", "GET example.com /x/../files/a"}, nil},
