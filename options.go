@@ -52,8 +52,8 @@ func WithShards(n int) Option { return func(cfg *config) { cfg.shards = n } }
 // finds one near its clock hand (losslessly), else a key chosen by CLOCK,
 // an approximation of least recently used: the first the hand comes to
 // that was not used since the hand last passed it (lossy: that key starts
-// afresh, with a full allowance). Stats counts both. A new key costs about
-// the same at the cap as below it, whatever the cap.
+// afresh, with a full allowance). Stats counts both. A new key at the cap
+// costs a small multiple of what it costs below it, whatever the cap.
 // With a cap, the store uses at most max(1, n/16) shards, and at least
 // n/8192 (up to 65,536) whatever WithShards says, so that no shard holds
 // more than 8,192 keys; each holds at most its share, so the total never
