@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -187,6 +188,8 @@ func (c *Client) after(method string, err error) {
 	c.notePause(c.pauseKey(method), d)
 }
 
+const maxDelaySeconds = math.MaxInt64/int64(time.Second) - 1
+
 // retryDelay returns the delay of st's first RetryInfo, if it has a valid,
 // positive one.
 func retryDelay(st *status.Status) (time.Duration, bool) {
@@ -196,11 +199,14 @@ func retryDelay(st *status.Status) (time.Duration, bool) {
 			continue
 		}
 		rd := ri.GetRetryDelay()
-		if rd == nil || rd.CheckValid() != nil {
-			return 0, false
+		secs, nanos := rd.GetSeconds(), rd.GetNanos()
+		switch {
+		case secs < 0 || nanos < 0 || nanos >= 1e9 || secs == 0 && nanos == 0:
+			return 0, false // negative, malformed or none
+		case secs >= maxDelaySeconds:
+			return math.MaxInt64, true // beyond a Duration, beyond any MaxPause
 		}
-		d := rd.AsDuration() // saturates at the bounds of a Duration
-		return d, d > 0
+		return time.Duration(secs)*time.Second + time.Duration(nanos), true
 	}
 	return 0, false
 }
