@@ -184,7 +184,7 @@ func TestClientPauseService(t *testing.T) {
 func TestClientConcurrency(t *testing.T) {
 	bh, _ := ratelimit.NewBulkhead(1)
 	c := &Client{Concurrency: bh}
-	conn, e := serve(t, nil, clientOpts(c)...)
+	conn, _ := serve(t, nil, clientOpts(c)...)
 	ctx := testCtx(t)
 
 	cs, err := chat(ctx, conn)
@@ -231,7 +231,7 @@ func TestClientConcurrency(t *testing.T) {
 		}
 		return h(ctx, req)
 	}
-	conn, e = serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(track)}, clientOpts(c)...)
+	conn, e := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(track)}, clientOpts(c)...)
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Go(func() {
