@@ -44,6 +44,11 @@ import (
 // *ratelimit.AdaptiveBulkhead implement it.
 type Concurrency = httplimit.Concurrency
 
+var (
+	_ Concurrency = (*ratelimit.Bulkhead)(nil)
+	_ Concurrency = (*ratelimit.AdaptiveBulkhead)(nil)
+)
+
 // Response metadata keys written by the server interceptors.
 const (
 	MDRateLimitPolicy = "ratelimit-policy"

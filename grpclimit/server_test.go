@@ -441,3 +441,41 @@ func TestOptionsFailLoudly(t *testing.T) {
 		}()
 	}
 }
+
+// An adaptive bulkhead works wherever a bulkhead does: calls through it
+// never exceed its Max, its limit stays in bounds, and no permit is left.
+func TestConcurrencyLimitAdaptive(t *testing.T) {
+	ab, err := ratelimit.NewAdaptiveBulkhead(ratelimit.AdaptiveParams{Min: 2, Max: 4, Window: 2, ProbeEvery: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var active, peak atomic.Int64
+	track := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		n := active.Add(1)
+		defer active.Add(-1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		for range 100 {
+			runtime.Gosched()
+		}
+		return h(ctx, req)
+	}
+	l := ConcurrencyLimit(ab, WithWait())
+	conn, _ := serve(t, []grpc.ServerOption{grpc.ChainUnaryInterceptor(l.Unary, track)})
+	ctx := testCtx(t)
+	var wg sync.WaitGroup
+	for range 30 {
+		wg.Go(func() {
+			if err := say(ctx, conn, methodSay); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if p := peak.Load(); p > 4 {
+		t.Errorf("peak of %d calls in the handler, max 4", p)
+	}
+	if ab.InFlight() != 0 || ab.Limit() < 2 || ab.Limit() > 4 {
+		t.Errorf("after the calls: %d in flight, limit %d", ab.InFlight(), ab.Limit())
+	}
+}
