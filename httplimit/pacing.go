@@ -179,17 +179,30 @@ func (h *paceHost) setLocked(pol pacePolicy) {
 	h.policies[first] = pol
 }
 
-// book books the next turn of key and returns how long until it, in
-// [0, MaxPause], with the function that gives the turn back (if nothing
-// was booked after it). Requests of a key the Pacer knows nothing of go at
-// once.
-func (p *Pacer) book(key string) (time.Duration, func()) {
-	now := p.clock().Now()
+// Reserve books the next turn of key and returns it: Delay says how long
+// until it, in [0, MaxPause] (0 when the Pacer knows nothing of key), and
+// Cancel gives the turn back, if it is not yet due and no later turn was
+// booked. Callers that sleep on their own use it; most want Wait.
+func (p *Pacer) Reserve(key string) *ratelimit.Reservation {
+	clock := p.clock()
+	at, undo := p.book(key, clock.Now())
+	cancel := func(when time.Time) {
+		if when.Before(at) {
+			undo()
+		}
+	}
+	return ratelimit.NewReservation(clock, true, ratelimit.Decision{Allowed: true}, at, cancel)
+}
+
+// book books the next turn of key at now and returns its time, in
+// [now, now+MaxPause], with the function that gives it back if nothing
+// was booked after it.
+func (p *Pacer) book(key string, now time.Time) (time.Time, func()) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	h := p.hosts[key]
 	if h == nil {
-		return 0, nil
+		return now, func() {}
 	}
 	at := now
 	if h.next.After(at) {
@@ -215,14 +228,13 @@ func (p *Pacer) book(key string) (time.Duration, func()) {
 	next := at.Add(spacing)
 	prev := h.next
 	h.next = next
-	undo := func() {
+	return at, func() {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if h.next.Equal(next) {
 			h.next = prev
 		}
 	}
-	return at.Sub(now), undo
 }
 
 // Wait blocks until key's next turn: at once if the Pacer knows nothing of
@@ -235,12 +247,13 @@ func (p *Pacer) Wait(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	d, undo := p.book(key)
+	r := p.Reserve(key)
+	d := r.Delay()
 	if d <= 0 {
 		return nil
 	}
 	if dl, ok := ctx.Deadline(); ok && d > time.Until(dl) {
-		undo()
+		r.Cancel()
 		return &ratelimit.LimitError{RetryAfter: d, Deadline: true}
 	}
 	timer := p.clock().NewTimer(d)
@@ -249,7 +262,7 @@ func (p *Pacer) Wait(ctx context.Context, key string) error {
 		return nil
 	case <-ctx.Done():
 		timer.Stop()
-		undo()
+		r.Cancel()
 		return ctx.Err()
 	}
 }

@@ -74,10 +74,7 @@ func TestParseQuota(t *testing.T) {
 func TestPacerSpacing(t *testing.T) {
 	clock := ratelimit.NewManualClock(paceT0)
 	p := &Pacer{Clock: clock, MaxPause: time.Minute}
-	delay := func() time.Duration {
-		d, _ := p.book("h")
-		return d
-	}
+	delay := func() time.Duration { return p.Reserve("h").Delay() }
 	// t0: nothing known: no wait.
 	if d := delay(); d != 0 {
 		t.Fatalf("unknown key: %v", d)
@@ -134,7 +131,7 @@ func TestPacerWait(t *testing.T) {
 	if !errors.Is(err, ratelimit.ErrLimited) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("wait past the deadline: %v", err)
 	}
-	if d, _ := p.book("h"); d != 10*time.Second {
+	if d := p.Reserve("h").Delay(); d != 10*time.Second {
 		t.Errorf("after the refusal, the next turn is %v away, want 10s (the refused one given back)", d)
 	}
 	// Waiting goes on the clock; a cancelled wait gives its turn back.
@@ -195,13 +192,12 @@ func FuzzPacerHeaders(f *testing.F) {
 		}
 		p.Observe("h", h)
 		for range 3 {
-			d, _ := p.book("h")
-			if d < 0 || d > maxPause {
+			if d := p.Reserve("h").Delay(); d < 0 || d > maxPause {
 				t.Fatalf("wait %v outside [0, %v]", d, maxPause)
 			}
 		}
 		clock.Advance(time.Duration(advance % int64(time.Hour)))
-		if d, _ := p.book("h"); d < 0 || d > maxPause {
+		if d := p.Reserve("h").Delay(); d < 0 || d > maxPause {
 			t.Fatalf("wait %v outside [0, %v] after moving the clock", d, maxPause)
 		}
 	})
