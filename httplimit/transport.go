@@ -65,6 +65,12 @@ type Transport struct {
 	// MaxPause caps the pause after a Retry-After: 0 means
 	// DefaultMaxPause; a negative value ignores Retry-After.
 	MaxPause time.Duration
+	// Pacer, if not nil, spaces the requests of each key so that the
+	// quota the server's rate-limit headers say remains lasts until it
+	// resets (see Pacer): each request first waits for its turn, and every
+	// response's headers are observed. Off by default. Give it the same
+	// Clock.
+	Pacer *Pacer
 
 	mu     sync.Mutex
 	paused map[string]time.Time // key -> hold requests until
@@ -82,6 +88,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			req.Body.Close()
 		}
 		return nil, err
+	}
+	if t.Pacer != nil {
+		if err := t.Pacer.Wait(ctx, key); err != nil {
+			return fail(err)
+		}
 	}
 	if err := t.waitPause(ctx, key); err != nil {
 		return fail(err)
@@ -118,6 +129,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			t.Concurrency.Release()
 		}
 		return nil, err
+	}
+	if t.Pacer != nil {
+		t.Pacer.Observe(key, resp.Header)
 	}
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		t.notePause(key, resp)
