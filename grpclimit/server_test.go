@@ -148,6 +148,9 @@ func TestRateLimitStreamOpenAndMessages(t *testing.T) {
 	if retry, _ := details(t, err); retry != 9*time.Second {
 		t.Errorf("second stream's retry delay %v, want 9s", retry)
 	}
+	if md, _ := cs2.Header(); len(md.Get(MDRetryAfter)) != 1 || md.Get(MDRetryAfter)[0] != "9" {
+		t.Errorf("denied stream's header metadata %v, want retry-after 9", md)
+	}
 	cs.CloseSend()
 
 	// A message whose wait would outlast the stream's deadline is denied
