@@ -424,7 +424,12 @@ func (s *ServerLimit) checkRules(ctx context.Context, method string, header func
 			return c.onError(ctx, method, err)
 		}
 	}
-	ds := make([]ratelimit.Decision, len(cv.rules))
+	var buf [8]ratelimit.Decision
+	ds := buf[:0]
+	if len(cv.rules) > len(buf) {
+		ds = make([]ratelimit.Decision, 0, len(cv.rules))
+	}
+	ds = ds[:len(cv.rules)]
 	d, err := s.rules.Check(ctx, method, who, 1, ds)
 	if err != nil {
 		return s.failed(ctx, method, err)
