@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/httplimit"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -42,9 +45,9 @@ const (
 //	c := &grpclimit.Client{Limiter: lim}
 //	conn, err := grpc.NewClient(target, grpc.WithChainUnaryInterceptor(c.Unary), grpc.WithChainStreamInterceptor(c.Stream), ...)
 //
-// Before each call it waits out any pause a server asked for, then waits
-// on Limiter (Wait, with the call's context), then takes a permit of
-// Concurrency, which it holds until a unary call returns or a stream ends
+// Before each call it waits for its turn of Pacer, if set, then out any
+// pause a server asked for, then on Limiter (Wait, with the call's
+// context), then takes a permit of Concurrency, which it holds until a unary call returns or a stream ends
 // (its last message received, an error, or its context done).
 //
 // When a call fails with codes.ResourceExhausted and a google.rpc.RetryInfo
@@ -84,8 +87,16 @@ type Client struct {
 	// MaxPause caps the pause after a RetryInfo: 0 means DefaultMaxPause;
 	// a negative value ignores RetryInfo.
 	MaxPause time.Duration
-	// Pause says which calls a RetryInfo holds (default PauseMethod).
+	// Pause says which calls a RetryInfo holds (default PauseMethod), and
+	// which calls share the Pacer's turns.
 	Pause PauseScope
+	// Pacer, if not nil, spaces calls so that the quota the server's
+	// response metadata says remains ("ratelimit", as ServerLimit writes
+	// it, or "x-ratelimit-remaining" and "x-ratelimit-reset") lasts until
+	// it resets, as httplimit.Pacer does for HTTP: each call first waits
+	// for its turn, keyed as Pause says. Off by default. Give it the same
+	// Clock.
+	Pacer *httplimit.Pacer
 
 	mu     sync.Mutex
 	paused map[string]time.Time // pause key -> hold calls until
@@ -97,10 +108,27 @@ func (c *Client) Unary(ctx context.Context, method string, req, reply any, cc *g
 	if err != nil {
 		return err
 	}
+	var md metadata.MD
+	if c.Pacer != nil {
+		opts = append(opts[:len(opts):len(opts)], grpc.Header(&md))
+	}
 	err = invoker(ctx, method, req, reply, cc, opts...)
 	release()
+	c.observe(method, md)
 	c.after(method, err)
 	return err
+}
+
+// observe gives the Pacer the header metadata of a call's response.
+func (c *Client) observe(method string, md metadata.MD) {
+	if c.Pacer == nil || len(md) == 0 {
+		return
+	}
+	h := make(http.Header, len(md))
+	for k, v := range md {
+		h[http.CanonicalHeaderKey(k)] = v
+	}
+	c.Pacer.Observe(c.pauseKey(method), h)
 }
 
 // Stream is a grpc.StreamClientInterceptor.
@@ -123,13 +151,21 @@ func (c *Client) Stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Cli
 
 type clientStream struct {
 	grpc.ClientStream
-	c       *Client
-	method  string
-	release func()
+	c        *Client
+	method   string
+	release  func()
+	observed bool // the header metadata went to the Pacer
 }
 
 func (s *clientStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
+	if s.c.Pacer != nil && !s.observed {
+		// Headers have come (or never will) once a message or an error has.
+		s.observed = true
+		if md, herr := s.ClientStream.Header(); herr == nil {
+			s.c.observe(s.method, md)
+		}
+	}
 	if err != nil {
 		s.release()
 		s.c.after(s.method, err)
@@ -141,6 +177,11 @@ func (s *clientStream) RecvMsg(m any) error {
 // function that gives the permit back.
 func (c *Client) before(ctx context.Context, method string) (func(), error) {
 	pk := c.pauseKey(method)
+	if c.Pacer != nil {
+		if err := c.Pacer.Wait(ctx, pk); err != nil {
+			return nil, clientError(ctx, err)
+		}
+	}
 	if err := c.waitPause(ctx, pk); err != nil {
 		return nil, err
 	}

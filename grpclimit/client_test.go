@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/httplimit"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -266,5 +267,47 @@ func TestClientConcurrency(t *testing.T) {
 	defer cancel2()
 	if err := say(short, conn3, methodSay); status.Code(err) != codes.DeadlineExceeded || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("full bulkhead past the deadline: %v", err)
+	}
+}
+
+// With a Pacer, the client spaces its calls by the server's "ratelimit"
+// metadata before it is refused: 2 left for the next second, so the next
+// two calls go 500ms apart, and one that would have to wait past its
+// deadline fails at once, unsent.
+func TestClientPacer(t *testing.T) {
+	clock := ratelimit.NewManualClock(t0)
+	lim, _ := ratelimit.NewTokenBucket(ratelimit.PerSecond(2), 3, ratelimit.WithClock(clock))
+	c := &Client{Clock: clock, Pacer: &httplimit.Pacer{Clock: clock}, Pause: PauseService}
+	conn, e := serve(t, serverOpts(RateLimit(lim)), clientOpts(c)...)
+	ctx := testCtx(t)
+	if err := say(ctx, conn, methodSay); err != nil { // r=2;t=1: 500ms apart
+		t.Fatal(err)
+	}
+	if err := say(ctx, conn, methodSay); err != nil { // the first turn: at once
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	err := say(short, conn, methodSay)
+	if status.Code(err) != codes.ResourceExhausted || !errors.Is(err, ratelimit.ErrLimited) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a turn past the deadline: %v", err)
+	}
+	if e.Calls() != 2 {
+		t.Errorf("server saw %d calls, want 2", e.Calls())
+	}
+	// Streams are paced too, here sharing the service's turns.
+	done := make(chan error, 1)
+	go func() {
+		cs, err := chat(ctx, conn)
+		if err == nil {
+			cs.CloseSend()
+			err = cs.RecvMsg(new(wrapperspb.StringValue))
+		}
+		done <- err
+	}()
+	waitTimers(t, clock, 1)
+	clock.Advance(time.Second)
+	if err := <-done; err == nil || err.Error() != "EOF" {
+		t.Errorf("paced stream: %v, want EOF", err)
 	}
 }
