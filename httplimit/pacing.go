@@ -244,26 +244,36 @@ func (p *Pacer) book(key string, now time.Time) (time.Time, func()) {
 // and context.DeadlineExceeded; if ctx ends during the wait, with
 // ctx.Err(). A failed wait gives its turn back if no later turn was booked.
 func (p *Pacer) Wait(ctx context.Context, key string) error {
+	_, err := p.waitTurn(ctx, key)
+	return err
+}
+
+// waitTurn is Wait, also returning, on success, the function that gives
+// the turn back after all (the request was not sent), if no later turn
+// was booked.
+func (p *Pacer) waitTurn(ctx context.Context, key string) (giveBack func(), err error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return nil, err
 	}
-	r := p.Reserve(key)
-	d := r.Delay()
+	clock := p.clock()
+	now := clock.Now()
+	at, undo := p.book(key, now)
+	d := at.Sub(now)
 	if d <= 0 {
-		return nil
+		return undo, nil
 	}
 	if dl, ok := ctx.Deadline(); ok && d > time.Until(dl) {
-		r.Cancel()
-		return &ratelimit.LimitError{RetryAfter: d, Deadline: true}
+		undo()
+		return nil, &ratelimit.LimitError{RetryAfter: d, Deadline: true}
 	}
-	timer := p.clock().NewTimer(d)
+	timer := clock.NewTimer(d)
 	select {
 	case <-timer.C():
-		return nil
+		return undo, nil
 	case <-ctx.Done():
 		timer.Stop()
-		r.Cancel()
-		return ctx.Err()
+		undo()
+		return nil, ctx.Err()
 	}
 }
 
@@ -281,13 +291,17 @@ const unixResetFloor = 1_000_000_000
 // maxPacePolicies quotas, ignoring what does not parse.
 func parseQuota(h http.Header, now time.Time, maxPause time.Duration) []quota {
 	var out []quota
-	add := func(q quota) {
+	add := func(q quota) bool {
 		if len(out) < maxPacePolicies {
 			q.reset = min(max(q.reset, 0), maxPause)
 			out = append(out, q)
 		}
+		return len(out) < maxPacePolicies
 	}
 	for _, v := range h.Values(hdrRateLimit) {
+		if len(out) == maxPacePolicies {
+			break
+		}
 		parseRateLimitField(v, add)
 	}
 	for _, pair := range [...][2]string{
@@ -313,34 +327,34 @@ func lastValue(h http.Header, key string) string {
 
 // parseRateLimitField reads one RateLimit field line: a list of items
 // "name";r=R;t=T, or the older dictionary limit=L, remaining=R, reset=T.
-func parseRateLimitField(v string, add func(quota)) {
-	members, open := splitQuoted(v, ',')
-	if open {
+// add reports whether it has room for more; reading stops when it has
+// not, so a huge line costs no more than its first items.
+func parseRateLimitField(v string, add func(quota) bool) {
+	if endsInString(v) {
 		return // an unterminated string: nothing in this line is reliable
 	}
 	var old quota
 	var oldR, oldT bool
-	for _, m := range members {
+	eachPart(v, ',', func(m string) bool {
 		m = strings.TrimSpace(m)
-		params, _ := splitQuoted(m, ';')
-		name := strings.TrimSpace(params[0])
+		name, params, _ := cutOutsideString(m, ';')
+		name = strings.TrimSpace(name)
 		if k, val, ok := strings.Cut(name, "="); ok && !strings.HasPrefix(name, `"`) {
 			// The older dictionary form: one member per field.
 			switch strings.ToLower(strings.TrimSpace(k)) {
 			case "remaining":
 				old.remaining, oldR = parseCount(strings.TrimSpace(val))
 			case "reset":
-				d, ok := parseSecondsUp(strings.TrimSpace(val))
-				old.reset, oldT = d, ok
+				old.reset, oldT = parseSecondsUp(strings.TrimSpace(val))
 			}
-			continue
+			return true
 		}
-		q := quota{name: unquote(name)}
+		q := quota{name: unquoteString(name)}
 		var hasR, hasT bool
-		for _, prm := range params[1:] {
+		eachPart(params, ';', func(prm string) bool {
 			k, val, ok := strings.Cut(prm, "=")
 			if !ok {
-				continue
+				return true
 			}
 			switch strings.TrimSpace(k) {
 			case "r":
@@ -348,15 +362,76 @@ func parseRateLimitField(v string, add func(quota)) {
 			case "t":
 				q.reset, hasT = parseSecondsUp(strings.TrimSpace(val))
 			}
-		}
-		if hasR && hasT {
-			add(q)
-		}
-	}
+			return true
+		})
+		return !(hasR && hasT) || add(q)
+	})
 	if oldR && oldT {
 		old.name = hdrRateLimit
 		add(old)
 	}
+}
+
+// endsInString reports whether s ends inside a double-quoted string.
+func endsInString(s string) bool {
+	in := false
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] == '\\' && in:
+			i++
+		case s[i] == '"':
+			in = !in
+		}
+	}
+	return in
+}
+
+// cutOutsideString cuts s at the first sep outside a double-quoted string.
+func cutOutsideString(s string, sep byte) (before, after string, found bool) {
+	in := false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\' && in:
+			i++
+		case c == '"':
+			in = !in
+		case c == sep && !in:
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
+
+// eachPart calls fn with each part of s between seps outside double-quoted
+// strings, left to right, until fn returns false.
+func eachPart(s string, sep byte, fn func(string) bool) {
+	for {
+		part, rest, found := cutOutsideString(s, sep)
+		if !fn(part) || !found {
+			return
+		}
+		s = rest
+	}
+}
+
+// unquoteString returns the content of a Structured Field string, or s if
+// it is not one (a token).
+func unquoteString(s string) string {
+	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
+		return s
+	}
+	s = s[1 : len(s)-1]
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+1 < len(s) {
+			i++
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // parseResetValue reads a reset field: seconds from now or, for

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -141,4 +142,36 @@ func TestTransportPacing(t *testing.T) {
 	if err := <-done; err != nil || hits.Load() != 3 {
 		t.Errorf("after the spacing: %v, %d requests", err, hits.Load())
 	}
+}
+
+// A request not sent (here, its limiter wait would outlast its deadline)
+// gives its paced turn back: the next request does not wait for it.
+func TestTransportPacingGivesBackTurn(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	clock := ratelimit.NewManualClock(paceT0)
+	lim, _ := ratelimit.NewTokenBucket(ratelimit.Every(time.Hour), 1, ratelimit.WithClock(clock))
+	lim.Allow(HostKey(mustURL(t, srv.URL))) // the limiter's one token is spent
+	p := &Pacer{Clock: clock}
+	tr := &Transport{Base: srv.Client().Transport, Clock: clock, Limiter: lim, Pacer: p}
+	key := HostKey(mustURL(t, srv.URL))
+	p.Observe(key, hdr("RateLimit", `"api";r=1;t=60`)) // turns 60s apart
+	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(short, "GET", srv.URL, nil)
+	if _, err := tr.RoundTrip(req); !errors.Is(err, ratelimit.ErrLimited) {
+		t.Fatalf("limiter wait past the deadline: %v", err)
+	}
+	if d := p.Reserve(key).Delay(); d != 0 {
+		t.Errorf("the unsent request's turn was kept: the next waits %v, want 0", d)
+	}
+}
+
+func mustURL(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }

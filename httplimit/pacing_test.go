@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,6 +35,11 @@ func TestParseQuota(t *testing.T) {
 		{"two lines", hdr("RateLimit", `"a";r=1;t=2`, "RateLimit", `"b";r=3;t=4`), []quota{{"a", 1, 2 * time.Second}, {"b", 3, 4 * time.Second}}},
 		{"other params and spaces", hdr("RateLimit", ` "a" ; pk=:YWJj: ; r=7 ; t=9 `), []quota{{"a", 7, 9 * time.Second}}},
 		{"quoted name with a comma", hdr("RateLimit", `"a,b";r=1;t=1`), []quota{{"a,b", 1, time.Second}}},
+		{"escaped quote in a name", hdr("RateLimit", `"a\"b";r=1;t=1`), []quota{{`a"b`, 1, time.Second}}},
+		{"semicolon in a quoted name", hdr("RateLimit", `"a;r=9";r=1;t=1`), []quota{{"a;r=9", 1, time.Second}}},
+		{"a huge line: its first items", hdr("RateLimit", `a;r=1;t=1`+strings.Repeat(`, x;r=2;t=2`, 100_000)), []quota{
+			{"a", 1, time.Second}, {"x", 2, 2 * time.Second}, {"x", 2, 2 * time.Second}, {"x", 2, 2 * time.Second},
+			{"x", 2, 2 * time.Second}, {"x", 2, 2 * time.Second}, {"x", 2, 2 * time.Second}, {"x", 2, 2 * time.Second}}},
 		{"no t: ignored", hdr("RateLimit", `"a";r=1`), nil},
 		{"negative r: ignored", hdr("RateLimit", `"a";r=-1;t=5`), nil},
 		{"fractional t rounds up", hdr("RateLimit", `"a";r=1;t=1.2`), []quota{{"a", 1, 2 * time.Second}}},
