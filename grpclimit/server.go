@@ -56,9 +56,29 @@ const (
 	MDRetryAfter      = "retry-after"
 )
 
-// An Option configures a ServerLimit. Each says which constructor reads
-// it; the others ignore it.
+// An Option configures a ServerLimit. Each says which constructors read
+// it; given to another, it panics, rather than be silently ignored.
 type Option func(*config)
+
+// The constructors, as a set of bits: which ones read an option.
+const (
+	forRate = 1 << iota
+	forRules
+	forConcurrency
+	forAll = forRate | forRules | forConcurrency
+)
+
+// use records that the option name was given, and which constructors read
+// it (withMessages: also any, if WithMessages is given).
+func (c *config) use(name string, readers int, withMessages bool) {
+	c.uses = append(c.uses, optionUse{name, readers, withMessages})
+}
+
+type optionUse struct {
+	name         string
+	readers      int
+	withMessages bool
+}
 
 // config holds every option with its default, in one place.
 type config struct {
@@ -76,12 +96,22 @@ type config struct {
 	busyFor   time.Duration                                             // ConcurrencyLimit: 1s
 	busyWait  bool                                                      // ConcurrencyLimit: TryAcquire
 	optErrors []string
+	uses      []optionUse
 }
 
-func newConfig(opts []Option) *config {
+func newConfig(kind int, constructor string, opts []Option) *config {
 	c := &config{name: "default", metadata: true, busyCode: codes.ResourceExhausted, busyFor: time.Second}
 	for _, o := range opts {
 		o(c)
+	}
+	for _, u := range c.uses {
+		if u.readers&kind == 0 && !(u.withMessages && c.messages != nil) {
+			msg := u.name + " does not apply to " + constructor
+			if u.withMessages {
+				msg += " without WithMessages"
+			}
+			c.optErrors = append(c.optErrors, msg)
+		}
 	}
 	if c.key == nil {
 		c.key = ByPeer()
@@ -98,45 +128,55 @@ func newConfig(opts []Option) *config {
 	return c
 }
 
-// WithKey sets the key function of RateLimit and of WithMessages (default
-// ByPeer()).
-func WithKey(f KeyFunc) Option { return func(c *config) { c.key = f } }
+// WithKey sets the key function of RateLimit, and of WithMessages for any
+// constructor (default ByPeer()).
+func WithKey(f KeyFunc) Option {
+	return func(c *config) { c.key = f; c.use("WithKey", forRate, true) }
+}
 
 // WithUser sets RulesLimit's key function for per-user rules, such as
 // ByIdentity(f). Rules with per-user limits require it.
-func WithUser(f KeyFunc) Option { return func(c *config) { c.user = f } }
+func WithUser(f KeyFunc) Option {
+	return func(c *config) { c.user = f; c.use("WithUser", forRules, false) }
+}
 
 // WithClientIP sets RulesLimit's key function for per-IP rules (default
 // ByPeer()).
-func WithClientIP(f KeyFunc) Option { return func(c *config) { c.ip = f } }
+func WithClientIP(f KeyFunc) Option {
+	return func(c *config) { c.ip = f; c.use("WithClientIP", forRules, false) }
+}
 
 // WithPolicy names RateLimit's limit in the metadata and the QuotaFailure
 // (default "default") and gives its window, the w of ratelimit-policy,
 // rounded up to whole seconds (default 0: no w).
 func WithPolicy(name string, window time.Duration) Option {
-	return func(c *config) { c.name, c.window = name, window }
+	return func(c *config) { c.name, c.window = name, window; c.use("WithPolicy", forRate, false) }
 }
 
 // WithoutMetadata stops RateLimit and RulesLimit writing the rate-limit
 // fields into the header metadata of allowed calls; denials still carry
 // them.
-func WithoutMetadata() Option { return func(c *config) { c.metadata = false } }
+func WithoutMetadata() Option {
+	return func(c *config) { c.metadata = false; c.use("WithoutMetadata", forRate|forRules, false) }
+}
 
 // WithErrorHandler replaces the error returned for a call that could not
 // be decided: its key function failed (an error matching ErrNoKey) or the
 // limiter failed while failing closed. The default returns
 // codes.PermissionDenied for a call without a key and codes.Unavailable
-// for a limiter failure. f should return a status error.
+// for a limiter failure. f should return a status error. RateLimit and
+// RulesLimit read it, and any constructor with WithMessages.
 func WithErrorHandler(f func(ctx context.Context, fullMethod string, err error) error) Option {
-	return func(c *config) { c.onError = f }
+	return func(c *config) { c.onError = f; c.use("WithErrorHandler", forRate|forRules, true) }
 }
 
 // WithFailOpen lets calls through, without rate-limit metadata, when the
 // limiter fails (a remote backend unreachable), after calling report (if
 // not nil) with the error: the policy of httplimit.WithFailOpen. The
 // default fails closed. A call without a key is refused either way.
+// RateLimit and RulesLimit read it, and any constructor with WithMessages.
 func WithFailOpen(report func(ctx context.Context, fullMethod string, err error)) Option {
-	return func(c *config) { c.failOpen, c.report = true, report }
+	return func(c *config) { c.failOpen, c.report = true, report; c.use("WithFailOpen", forRate|forRules, true) }
 }
 
 // WithMessages limits the messages a client sends on a stream, in
@@ -165,6 +205,7 @@ func WithBusyCode(code codes.Code) Option {
 			c.optErrors = append(c.optErrors, "WithBusyCode takes ResourceExhausted or Unavailable, got "+code.String())
 		}
 		c.busyCode = code
+		c.use("WithBusyCode", forConcurrency, false)
 	}
 }
 
@@ -176,13 +217,16 @@ func WithBusyRetryAfter(d time.Duration) Option {
 			c.optErrors = append(c.optErrors, "WithBusyRetryAfter with a negative duration "+d.String())
 		}
 		c.busyFor = d
+		c.use("WithBusyRetryAfter", forConcurrency, false)
 	}
 }
 
 // WithWait makes ConcurrencyLimit wait for a permit with Acquire, as far
 // as the bulkhead's own bounds on waiting and the call's context allow,
 // instead of refusing at once when none is free.
-func WithWait() Option { return func(c *config) { c.busyWait = true } }
+func WithWait() Option {
+	return func(c *config) { c.busyWait = true; c.use("WithWait", forConcurrency, false) }
+}
 
 // ServerLimit limits the calls of a gRPC server. Its methods Unary and
 // Stream are a grpc.UnaryServerInterceptor and a
@@ -228,7 +272,7 @@ func RateLimit(lim ratelimit.Limiter, opts ...Option) *ServerLimit {
 	if lim == nil {
 		panic("grpclimit: RateLimit with a nil limiter")
 	}
-	c := newConfig(opts)
+	c := newConfig(forRate, "RateLimit", opts)
 	return &ServerLimit{cfg: c, lim: lim, names: []string{c.name}, item: sfString(c.name)}
 }
 
@@ -247,7 +291,7 @@ func RulesLimit(rules *ratelimit.Rules, opts ...Option) *ServerLimit {
 	if rules == nil {
 		panic("grpclimit: RulesLimit with nil rules")
 	}
-	c := newConfig(opts)
+	c := newConfig(forRules, "RulesLimit", opts)
 	s := &ServerLimit{cfg: c, rules: rules, classes: make(map[string]*classView)}
 	for _, class := range rules.Classes() {
 		s.classes[class] = newClassView(rules.Limits(class))
@@ -275,7 +319,7 @@ func ConcurrencyLimit(c Concurrency, opts ...Option) *ServerLimit {
 	if c == nil {
 		panic("grpclimit: ConcurrencyLimit with a nil Concurrency")
 	}
-	return &ServerLimit{cfg: newConfig(opts), conc: c}
+	return &ServerLimit{cfg: newConfig(forConcurrency, "ConcurrencyLimit", opts), conc: c}
 }
 
 func newClassView(rules []ratelimit.Rule) *classView {

@@ -432,6 +432,13 @@ func TestOptionsFailLoudly(t *testing.T) {
 		"nil messages":    func() { RateLimit(lim, WithMessages(nil)) },
 		"busy code":       func() { ConcurrencyLimit(bh, WithBusyCode(codes.Internal)) },
 		"negative busy":   func() { ConcurrencyLimit(bh, WithBusyRetryAfter(-time.Second)) },
+		// An option the constructor does not read is a mistake, not a no-op.
+		"wait on a rate":          func() { RateLimit(lim, WithWait()) },
+		"policy on rules":         func() { RulesLimit(&ratelimit.Rules{}, WithPolicy("x", 0)) },
+		"user on a rate":          func() { RateLimit(lim, WithUser(ByPeer())) },
+		"busy code on rules":      func() { RulesLimit(&ratelimit.Rules{}, WithBusyCode(codes.Unavailable)) },
+		"key on a bulkhead":       func() { ConcurrencyLimit(bh, WithKey(ByPeer())) },
+		"fail open on a bulkhead": func() { ConcurrencyLimit(bh, WithFailOpen(nil)) },
 	} {
 		func() {
 			defer func() {
@@ -443,6 +450,10 @@ func TestOptionsFailLoudly(t *testing.T) {
 			f()
 		}()
 	}
+	// The same options where they apply.
+	ConcurrencyLimit(bh, WithKey(ByPeer()), WithFailOpen(nil), WithMessages(lim), WithWait(), WithBusyCode(codes.Unavailable))
+	RulesLimit(&ratelimit.Rules{}, WithKey(ByPeer()), WithMessages(lim), WithoutMetadata(), WithClientIP(ByPeer()))
+	RateLimit(lim, WithKey(ByPeer()), WithPolicy("x", 0), WithFailOpen(nil), WithErrorHandler(defaultError))
 }
 
 // An adaptive bulkhead works wherever a bulkhead does: calls through it
