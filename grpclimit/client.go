@@ -46,15 +46,18 @@ const (
 //	conn, err := grpc.NewClient(target, grpc.WithChainUnaryInterceptor(c.Unary), grpc.WithChainStreamInterceptor(c.Stream), ...)
 //
 // Before each call it waits for its turn of Pacer, if set, then out any
-// pause a server asked for, then on Limiter (Wait, with the call's
-// context), then takes a permit of Concurrency, which it holds until a unary call returns or a stream ends
-// (its last message received, an error, or its context done).
+// pause a server asked for, then takes a permit of Concurrency, then waits
+// on Limiter (Wait, with the call's context), and sends. It holds the
+// permit until a unary call returns or a stream ends (its last message
+// received, an error, or its context done). The permit is taken before the
+// limiter's turn so that a call refused a permit spends nothing of the
+// limiter; Concurrency so also bounds the calls waiting on the limiter.
 //
 // When a call fails with codes.ResourceExhausted and a google.rpc.RetryInfo
 // detail, later calls of the same method (or service: Pause) are held for
-// the retry delay, at most MaxPause: those yet to start, and those still
-// waiting on the limiter or for a permit, which look again just before
-// sending. A RetryInfo that is negative, malformed or absent holds nothing;
+// the retry delay, at most MaxPause: those yet to start, and those whose
+// turn on the limiter came meanwhile, which give back their permit, wait
+// out the pause and send (their limiter event is spent). A RetryInfo that is negative, malformed or absent holds nothing;
 // a huge one holds for MaxPause. The failed call's error is returned as
 // is: Client never retries.
 //
@@ -185,31 +188,48 @@ func (c *Client) before(ctx context.Context, method string) (func(), error) {
 	if err := c.waitPause(ctx, pk); err != nil {
 		return nil, err
 	}
+	acquire := func() error {
+		if c.Concurrency == nil {
+			return nil
+		}
+		if err := c.Concurrency.Acquire(ctx); err != nil {
+			return clientError(ctx, err)
+		}
+		return nil
+	}
+	release := func() {
+		if c.Concurrency != nil {
+			c.Concurrency.Release()
+		}
+	}
+	// The permit first: a call refused a permit has spent nothing of the
+	// limiter, whose event cannot be given back once its turn has come.
+	if err := acquire(); err != nil {
+		return nil, err
+	}
 	if c.Limiter != nil {
 		key := method
 		if c.Key != nil {
 			key = c.Key(ctx, method)
 		}
 		if err := c.Limiter.Wait(ctx, key); err != nil {
-			return nil, clientError(ctx, err)
+			release()
+			return nil, clientError(ctx, err) // the limiter gave its booking back
 		}
 	}
-	// A pause may have begun while this call waited: look again just
-	// before sending, holding no permit while paused.
+	// A pause may have begun while this call waited: wait it out holding
+	// no permit (the limiter's event is spent), then send.
 	for {
+		if _, paused := c.pausedUntil(pk); !paused {
+			return release, nil
+		}
+		release()
 		if err := c.waitPause(ctx, pk); err != nil {
 			return nil, err
 		}
-		if c.Concurrency == nil {
-			return func() {}, nil
+		if err := acquire(); err != nil {
+			return nil, err
 		}
-		if err := c.Concurrency.Acquire(ctx); err != nil {
-			return nil, clientError(ctx, err)
-		}
-		if _, paused := c.pausedUntil(pk); !paused {
-			return c.Concurrency.Release, nil
-		}
-		c.Concurrency.Release()
 	}
 }
 

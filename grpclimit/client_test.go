@@ -311,3 +311,26 @@ func TestClientPacer(t *testing.T) {
 		t.Errorf("paced stream: %v, want EOF", err)
 	}
 }
+
+// A call refused a permit spends nothing of the limiter: the permit is
+// taken before the limiter's turn.
+func TestClientPermitBeforeLimiter(t *testing.T) {
+	clock := ratelimit.NewManualClock(t0)
+	lim, _ := ratelimit.NewTokenBucket(ratelimit.Every(time.Hour), 1, ratelimit.WithClock(clock))
+	bh, _ := ratelimit.NewBulkhead(1, ratelimit.WithMaxWait(time.Millisecond))
+	bh.TryAcquire() // full
+	conn, e := serve(t, nil, clientOpts(&Client{Limiter: lim, Concurrency: bh, Clock: clock})...)
+	ctx := testCtx(t)
+	if err := say(ctx, conn, methodSay); !errors.Is(err, ratelimit.ErrBulkheadFull) {
+		t.Fatalf("full bulkhead: %v", err)
+	}
+	bh.Release()
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := say(short, conn, methodSay); err != nil {
+		t.Fatalf("the limiter's one token was spent by the refused call: %v", err)
+	}
+	if e.Calls() != 1 {
+		t.Errorf("server saw %d calls, want 1", e.Calls())
+	}
+}
