@@ -38,6 +38,13 @@ const maxPacePolicies = 8
 // sends it), measured against the response's Date header if it has one;
 // a smaller one as seconds from now. A fraction of a second is rounded up.
 //
+// The headers count time in whole seconds, rounded up, so pacing errs on
+// the slow side: it keeps close to the allowed rate when a policy's quota
+// is at least a second's worth of requests (against Middleware's token
+// bucket, a burst of at least the rate per second), and runs slower than
+// allowed, never faster, under a smaller one. It spreads the quota evenly
+// rather than spending a burst at once.
+//
 // Garbage and hostile values are ignored or bounded: a field that does
 // not parse is ignored, a wait never exceeds MaxPause and is never
 // negative, and memory is bounded (maxPacePolicies policies per key,
