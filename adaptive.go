@@ -311,9 +311,11 @@ func nextLimit(limit int, w window, n int64, p AdaptiveParams) int {
 	return min(max(limit, p.Min), p.Max)
 }
 
-// queueEstimate is ⌈limit × (mean − n) / mean⌉, exactly; 0 when mean <= n.
+// queueEstimate is ⌈limit × (mean − n) / mean⌉, exactly, for n >= 0 (a
+// negative n counts as 0); 0 when mean <= n. It is in [0, limit].
 func queueEstimate(limit int, mean, n int64) int64 {
-	if mean <= n || mean <= 0 {
+	n = max(n, 0)
+	if mean <= n {
 		return 0
 	}
 	hi, lo := bits.Mul64(uint64(limit), uint64(mean-n))

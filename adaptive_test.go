@@ -387,3 +387,28 @@ func BenchmarkAdaptiveBulkhead(b *testing.B) {
 		}
 	})
 }
+
+// FuzzNextLimit: whatever a window measured, one step of the algorithm
+// keeps the limit within [Min, Max], moves it by at most one step's
+// bound, and the queue estimate never exceeds the limit.
+func FuzzNextLimit(f *testing.F) {
+	f.Add(10, 20, int64(200), int64(10), 10, int64(10), 1, 100, 3, 6)
+	f.Add(1<<31-1, 1, int64(1<<63-1), int64(0), 1<<31-1, int64(1), 1, 1<<31-1, 0, 1)
+	f.Add(5, 3, int64(-7), int64(-1), -2, int64(-5), 5, 5, 3, 6)
+	f.Fuzz(func(t *testing.T, limit, n int, sum, wmin int64, flight int, noload int64, lo, hi, alpha, beta int) {
+		p, err := AdaptiveParams{Min: lo, Max: hi, Initial: lo, Alpha: alpha, Beta: beta}.withDefaults()
+		if err != nil || n < 1 || sum < 0 || limit < p.Min || limit > p.Max {
+			return // states the bulkhead never reaches
+		}
+		if q := queueEstimate(limit, sum/int64(n), noload); q < 0 || q > int64(limit) {
+			t.Fatalf("queueEstimate(%d, %d, %d) = %d, outside [0, limit]", limit, sum/int64(n), noload, q)
+		}
+		got := nextLimit(limit, window{n: n, sum: sum, min: wmin, maxFlight: flight}, noload, p)
+		if got < p.Min || got > p.Max {
+			t.Fatalf("nextLimit(%d) = %d, outside [%d, %d]", limit, got, p.Min, p.Max)
+		}
+		if got > limit+1+limit/32 {
+			t.Fatalf("nextLimit(%d) = %d: grew by more than a step", limit, got)
+		}
+	})
+}
