@@ -273,9 +273,12 @@ type inMemory interface {
 	// concurrent one on the same key has followed could not be given back
 	// on a denial.
 	latestOnly() bool
-	// multiCheck is the Decision multiBook would take now, booking nothing.
-	// Only for a limiter that is latestOnly, whose state is a plain value.
-	multiCheck(key string, n int) Decision
+	// multiCheck is the Decision multiBook would take now, booking nothing,
+	// and that now, for multiBookAt. Only for a limiter that is
+	// latestOnly, whose state is a plain value.
+	multiCheck(key string, n int) (d Decision, now int64)
+	// multiBookAt is multiBook at now, an instant multiCheck read.
+	multiBookAt(key string, n int, now int64) (d Decision, b booked, ok bool)
 }
 
 func (k *keyed[S, A]) multiClock() Clock { return k.nc.clock }
@@ -305,22 +308,29 @@ func (k *keyed[S, A]) latestOnly() bool {
 	return false
 }
 
-func (k *keyed[S, A]) multiCheck(key string, n int) Decision {
+func (k *keyed[S, A]) multiCheck(key string, n int) (Decision, int64) {
 	now := k.nc.now()
 	h, s, _ := k.st.lock(key, now, false)
 	saved := *s // a plain value (see latestOnly): restoring it unbooks
 	d, _, _ := k.alg.step(s, now, int64(n), 0)
 	*s = saved
 	h.unlock()
-	return d
+	return d, now
+}
+
+// multiBookAt saves the second clock read of a pair that was checked:
+// the booking follows the check by the time the other pairs take.
+func (k *keyed[S, A]) multiBookAt(key string, n int, now int64) (Decision, booked, bool) {
+	return k.book(key, n, now, 0)
 }
 
 // booking records what allowAll booked under one pair.
 type booking struct {
 	mem      inMemory // nil for an outside limiter
 	bk       booked
-	booked   bool // an in-memory booking to give back on a denial
-	deferred bool // checked on the first pass, to be booked once all allow
+	booked   bool  // an in-memory booking to give back on a denial
+	deferred bool  // checked on the first pass, to be booked once all allow
+	checked  int64 // when it was checked
 }
 
 // validatePairs checks n and pairs before anything is booked, and notes
@@ -372,7 +382,7 @@ func allowAll(ctx context.Context, n int, pairs []Pair, ds []Decision, bk []book
 			continue
 		}
 		if n > 0 && b.mem.latestOnly() && (i != last || !allowed) {
-			ds[i] = b.mem.multiCheck(pairs[i].Key, n)
+			ds[i], b.checked = b.mem.multiCheck(pairs[i].Key, n)
 			b.deferred = true
 			deferred = true
 			allowed = allowed && ds[i].Allowed
@@ -389,7 +399,7 @@ func allowAll(ctx context.Context, n int, pairs []Pair, ds []Decision, bk []book
 			if !b.deferred {
 				continue
 			}
-			d, bkd, ok := b.mem.multiBook(pairs[i].Key, n)
+			d, bkd, ok := b.mem.multiBookAt(pairs[i].Key, n, b.checked)
 			ds[i] = d
 			b.bk, b.booked, b.deferred = bkd, ok, false
 			if !d.Allowed { // lost a race since the check
