@@ -146,6 +146,8 @@ type Reservation struct {
 	decision Decision
 	act      time.Time // when the events conform
 	clock    Clock
+	line     *nanoClock // the in-memory limiter's time line; nil if from NewReservation
+	actNs    int64      // act on line
 	cancel   func(at time.Time)
 	done     atomic.Bool
 }
@@ -175,19 +177,27 @@ func (r *Reservation) OK() bool { return r.ok }
 func (r *Reservation) Decision() Decision { return r.decision }
 
 // TimeToAct returns when the booked events conform, on the limiter's clock.
+// The in-memory limiters see their clock within the years 1970 to 2116 (see
+// Clock); a clock reading outside acts as the nearest end of that range, so
+// for a clock before 1970 the time to act is 1970 or later.
 func (r *Reservation) TimeToAct() time.Time { return r.act }
 
 // Delay returns how long from now, on the limiter's clock, until the
 // booked events conform; zero if that time has come. For a reservation
-// that is not OK it returns the decision's RetryAfter.
+// that is not OK it returns the decision's RetryAfter. Right after Reserve
+// it is the decision's RetryAfter, whatever the clock reads.
 func (r *Reservation) Delay() time.Duration {
 	return r.DelayFrom(r.clock.Now())
 }
 
-// DelayFrom is like Delay, measured from t.
+// DelayFrom is like Delay, measured from t. For the in-memory limiters t
+// is read as the limiter reads its clock, clamped to the years 1970 to 2116.
 func (r *Reservation) DelayFrom(t time.Time) time.Duration {
 	if !r.ok {
 		return r.decision.RetryAfter
+	}
+	if r.line != nil {
+		return durationNs(r.actNs - r.line.nanosOf(t))
 	}
 	if d := r.act.Sub(t); d > 0 {
 		return d
@@ -237,12 +247,9 @@ func reserve(b booker, nc *nanoClock, key string, n, limit int, maxWait int64) (
 	}
 	now := nc.now()
 	d, act, ok := b.book(key, n, now, maxWait)
-	r := &Reservation{ok: ok, decision: d, act: nc.timeOf(act), clock: nc.clock}
+	r := &Reservation{ok: ok, decision: d, act: nc.timeOf(act), clock: nc.clock, line: nc, actNs: act}
 	if ok && n > 0 {
-		r.cancel = func(at time.Time) { b.unbook(key, n, act, at.UnixNano()) }
-		if nc.system {
-			r.cancel = func(at time.Time) { b.unbook(key, n, act, nc.base+int64(at.Sub(nc.start))) }
-		}
+		r.cancel = func(at time.Time) { b.unbook(key, n, act, nc.nanosOf(at)) }
 	}
 	return r, nil
 }
@@ -280,21 +287,27 @@ func waitN(ctx context.Context, b booker, nc *nanoClock, key string, n, limit in
 	return sleepReservation(ctx, r)
 }
 
-// sleepReservation waits until r is due; if ctx ends first it cancels r
-// and returns ctx.Err().
+// sleepReservation waits until r is due on the limiter's time line; if ctx
+// ends first it cancels r and returns ctx.Err(). While the clock reads
+// before 1970 the limiter's time stands still, so the wait lasts until the
+// clock itself reaches the time to act (the timer then waits the longer of
+// the two measures); after 2116 it stands still too, and the wait lasts
+// until the clock comes back or ctx ends.
 func sleepReservation(ctx context.Context, r *Reservation) error {
-	delay := r.Delay()
-	if delay <= 0 {
-		return nil
-	}
-	t := r.clock.NewTimer(delay)
-	select {
-	case <-t.C():
-		return nil
-	case <-ctx.Done():
-		t.Stop()
-		r.Cancel()
-		return ctx.Err()
+	for {
+		now := r.clock.Now()
+		delay := r.DelayFrom(now)
+		if delay <= 0 {
+			return nil
+		}
+		t := r.clock.NewTimer(max(delay, r.act.Sub(now)))
+		select {
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+			r.Cancel()
+			return ctx.Err()
+		}
 	}
 }
 
