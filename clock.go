@@ -90,6 +90,14 @@ const (
 	maxNanos = 1 << 62
 )
 
+// maxSpan bounds the spans every algorithm keeps ahead of now: capacity ×
+// interval, a window, and how far ahead Reserve books. An instant plus three
+// such spans stays within int64. It is about 36.5 years.
+const maxSpan = int64(1) << 60
+
+// maxSpanText is maxSpan in error text.
+const maxSpanText = "2^60 ns, about 36.5 years"
+
 var (
 	minTime = time.Unix(0, minNanos)
 	maxTime = time.Unix(0, maxNanos)

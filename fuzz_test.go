@@ -104,6 +104,8 @@ func FuzzAlgorithmStep(f *testing.F) {
 	f.Add(uint8(0), int64(math.MaxInt64), int64(1), uint16(65535), int64(1), []byte{9, 8, 7, 6, 5, 4, 3, 2, 1})
 	f.Add(uint8(0), int64(3), int64(time.Second), uint16(5), int64(math.MaxInt64), []byte{128, 0, 0, 0, 0, 0, 0, 0, 3, 3})
 	f.Add(uint8(0), int64(10), int64(13*time.Second), uint16(3), int64(-1), []byte{1, 0, 0, 0, 0, 0, 0, 128, 2})
+	f.Add(uint8(0), int64(1), int64(math.MaxInt64), uint16(1000), int64(0), []byte{0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1})
+	f.Add(uint8(1), int64(math.MaxInt64), int64(math.MaxInt64-1), uint16(3), int64(0), []byte{0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1})
 	f.Fuzz(func(t *testing.T, alg uint8, n, period int64, capacity uint16, start int64, ops []byte) {
 		spec := fuzzAlgorithms[int(alg)%len(fuzzAlgorithms)]
 		rate := Rate{N: n, Period: time.Duration(period)}

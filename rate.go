@@ -149,6 +149,45 @@ func parsePeriod(p string) (time.Duration, bool) {
 	return d, true
 }
 
+// within reports whether k intervals span at most span nanoseconds:
+// k·Period/N <= span, compared exactly in 128 bits (k, span >= 0).
+func (iv interval) within(k, span int64) bool {
+	period := uint64(iv.q)*uint64(iv.den) + uint64(iv.r) // the rate's Period
+	hi, lo := bits.Mul64(uint64(k), period)
+	shi, slo := bits.Mul64(uint64(span), uint64(iv.den))
+	return hi < shi || (hi == shi && lo <= slo)
+}
+
+// readable formats a duration of ns nanoseconds for error text: a Go
+// duration below two days ("1.5s", "36h"), days below a year ("400 days"),
+// and years beyond ("36.5 years", "292 years").
+func readable(ns int64) string { return readableNs(float64(ns)) }
+
+func readableNs(ns float64) string {
+	const day, year = float64(24 * time.Hour), 365.25 * float64(24*time.Hour)
+	trim := func(v float64, unit string) string {
+		s := strconv.FormatFloat(v, 'f', 1, 64)
+		if v >= 100 {
+			s = strconv.FormatFloat(v, 'f', 0, 64)
+		}
+		return strings.TrimSuffix(s, ".0") + " " + unit
+	}
+	switch a := max(ns, -ns); {
+	case a >= year:
+		return trim(ns/year, "years")
+	case a >= 2*day:
+		return trim(ns/day, "days")
+	}
+	s := time.Duration(ns).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
 // interval is the exact spacing of a rate, Period/N nanoseconds, as a whole
 // part q and a fraction r/den with 0 <= r < den. It lets algorithms add
 // intervals in integer arithmetic without rounding.
@@ -172,20 +211,22 @@ type ftime struct {
 func (iv interval) add(t ftime, k int64) ftime {
 	if k == 1 {
 		t.ns += iv.q
-		t.fr += iv.r
-		if t.fr >= iv.den {
-			t.fr -= iv.den
-			t.ns++
-		}
-		return t
+		return t.carry(iv.r, iv.den)
 	}
 	hi, lo := bits.Mul64(uint64(iv.r), uint64(k))
 	quo, rem := bits.Div64(hi, lo, uint64(iv.den)) // r < den, so hi < den
 	t.ns += iv.q*k + int64(quo)
-	t.fr += int64(rem)
-	if t.fr >= iv.den {
-		t.fr -= iv.den
+	return t.carry(int64(rem), iv.den)
+}
+
+// carry returns t plus f/den of a nanosecond, 0 <= f < den. It compares
+// before adding: t.fr + f may exceed int64 when den is above 2⁶².
+func (t ftime) carry(f, den int64) ftime {
+	if t.fr >= den-f {
+		t.fr -= den - f
 		t.ns++
+	} else {
+		t.fr += f
 	}
 	return t
 }
