@@ -266,6 +266,12 @@ func TestSpanErrorsAreReadable(t *testing.T) {
 			t.Errorf("readable(%d) = %q, want %q", d.ns, got, d.want)
 		}
 	}
+	if got := (&LimitError{RetryAfter: time.Duration(maxSpan)}).Error(); got != "ratelimit: rate limited, retry after 36.5 years" {
+		t.Errorf("LimitError text %q", got)
+	}
+	if got := (&LimitError{RetryAfter: 1500 * time.Millisecond, Deadline: true}).Error(); got != "ratelimit: wait of 1.5s would exceed the context deadline" {
+		t.Errorf("LimitError text %q", got)
+	}
 	if s := readable(int64(1e9 * 3600 * 24 * 3)); strings.Contains(s, "h") {
 		t.Errorf("readable of 3 days = %q", s)
 	}

@@ -22,7 +22,6 @@ package ratelimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"time"
 )
@@ -125,9 +124,9 @@ type LimitError struct {
 
 func (e *LimitError) Error() string {
 	if e.Deadline {
-		return fmt.Sprintf("ratelimit: wait of %v would exceed the context deadline", e.RetryAfter)
+		return "ratelimit: wait of " + readable(int64(e.RetryAfter)) + " would exceed the context deadline"
 	}
-	return fmt.Sprintf("ratelimit: rate limited, retry after %v", e.RetryAfter)
+	return "ratelimit: rate limited, retry after " + readable(int64(e.RetryAfter))
 }
 
 // Is makes errors.Is match ErrLimited, and context.DeadlineExceeded when
