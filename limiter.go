@@ -101,10 +101,14 @@ var (
 	ErrExceedsLimit = errors.New("ratelimit: n exceeds the limit")
 	// ErrNegativeN means n < 0.
 	ErrNegativeN = errors.New("ratelimit: n is negative")
-	// ErrInvalidRate means a rate's count or period is not positive, or a
-	// rate string could not be parsed.
+	// ErrInvalidRate means a rate's count or period is not positive, a
+	// rate string could not be parsed, or a rate does not fit the
+	// algorithm (a window longer than about 36.5 years, a limit too large
+	// for an int or for a sliding log).
 	ErrInvalidRate = errors.New("ratelimit: invalid rate")
-	// ErrInvalidCapacity means a capacity or limit is not positive.
+	// ErrInvalidCapacity means a capacity or limit is not positive, or is
+	// too large to represent: a bucket that would take more than about
+	// 36.5 years to refill at its rate.
 	ErrInvalidCapacity = errors.New("ratelimit: invalid capacity")
 	// ErrInvalidOption means an option's value is out of range.
 	ErrInvalidOption = errors.New("ratelimit: invalid option")
