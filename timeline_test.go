@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -141,47 +142,50 @@ func TestReserveOutsideRange(t *testing.T) {
 // it, not for the raw length of the delay.
 func TestWaitAcrossTheClamp(t *testing.T) {
 	for _, alg := range algorithms {
-		t.Run(alg.name, func(t *testing.T) {
-			for _, from := range []time.Time{suiteT0, year1600} {
-				clk := NewManualClock(from)
-				lim, err := alg.new(suiteLimit, suitePeriod, clk)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer lim.Close()
-				makeBusy(t, alg, lim, "k")
-				d := suiteReserve(t, lim, "probe", 0).Delay() // a peek's reservation: zero
-				if d != 0 {
-					t.Fatalf("peek reservation Delay %v", d)
-				}
-				r := suiteReserve(t, lim, "k", 1)
-				delay := r.Decision().RetryAfter
-				r.Cancel()
-				act := time.Unix(0, clampNanos(from)).Add(delay)
-				done := make(chan error, 1)
-				go func() { done <- lim.Wait(context.Background(), "k") }()
-				for clk.Timers() == 0 {
-					time.Sleep(time.Millisecond)
-				}
-				pending := func(when string) {
-					t.Helper()
+		for _, from := range []time.Time{suiteT0, year1600} {
+			t.Run(alg.name+"/"+from.Format("2006"), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					clk := NewManualClock(from)
+					lim, err := alg.new(suiteLimit, suitePeriod, clk)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer lim.Close()
+					makeBusy(t, alg, lim, "k")
+					r := suiteReserve(t, lim, "k", 1)
+					delay := r.Decision().RetryAfter
+					r.Cancel()
+					act := time.Unix(0, clampNanos(from)).Add(delay)
+					done := make(chan error, 1)
+					go func() { done <- lim.Wait(context.Background(), "k") }()
+					pending := func(when string) {
+						t.Helper()
+						synctest.Wait() // the waiter has returned or blocks on its timer
+						select {
+						case err := <-done:
+							t.Fatalf("Wait returned %v %s", err, when)
+						default:
+						}
+					}
+					pending("at once")
+					clk.Set(year1600)
+					pending("with the clock set back to 1600")
+					clk.Advance(delay)
+					pending("after the delay's length past 1600")
+					clk.Set(act.Add(-1))
+					pending("1ns before the time to act")
+					clk.Set(act)
+					synctest.Wait()
 					select {
 					case err := <-done:
-						t.Fatalf("from %d: Wait returned %v %s", from.Year(), err, when)
-					case <-time.After(20 * time.Millisecond):
+						if err != nil {
+							t.Fatalf("Wait: %v", err)
+						}
+					default:
+						t.Fatal("Wait pending at its time to act")
 					}
-				}
-				clk.Set(year1600)
-				pending("with the clock set back to 1600")
-				clk.Advance(delay)
-				pending("after the delay's length past 1600")
-				clk.Set(act.Add(-1))
-				pending("1ns before the time to act")
-				clk.Set(act)
-				if err := promptly(t, "Wait", func() error { return <-done }); err != nil {
-					t.Fatalf("from %d: Wait: %v", from.Year(), err)
-				}
-			}
-		})
+				})
+			})
+		}
 	}
 }
