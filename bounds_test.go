@@ -84,10 +84,10 @@ func satMul(a, b int64) int64 {
 	return int64(lo)
 }
 
-// checkBound drives lim through ops on clk from start and fails if the
+// checkConfigBound drives lim through ops on clk from start and fails if the
 // events allowed or booked exceed the algorithm's bound. Each op is 9
 // bytes: a clock step (the low bits pick the call) and a count.
-func checkBound(t *testing.T, alg boundAlg, rate Rate, lim Limiter, clk *ManualClock, ops []byte) {
+func checkConfigBound(t *testing.T, alg boundAlg, rate Rate, lim Limiter, clk *ManualClock, ops []byte) {
 	t.Helper()
 	ctx := context.Background()
 	limit := int64(lim.(interface{ Limit() int }).Limit())
@@ -225,7 +225,7 @@ func TestExtremeConfigurationsBoundEvents(t *testing.T) {
 							}
 							return
 						}
-						checkBound(t, alg, c.rate, lim, clk, ops)
+						checkConfigBound(t, alg, c.rate, lim, clk, ops)
 					}
 				}
 			})
@@ -310,6 +310,6 @@ func FuzzConstructorBounds(f *testing.F) {
 		if len(ops) > 9*64 {
 			ops = ops[:9*64]
 		}
-		checkBound(t, alg, rate, lim, clk, ops)
+		checkConfigBound(t, alg, rate, lim, clk, ops)
 	})
 }

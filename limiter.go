@@ -47,7 +47,8 @@ type Limiter interface {
 
 	// Reserve books n events for key at the earliest time they conform
 	// and returns the booking. The caller waits Reservation.Delay before
-	// acting, or calls Cancel to give the booking back. ctx bounds the call
+	// acting, or calls Cancel to give back what it can (see
+	// Reservation.Cancel). ctx bounds the call
 	// itself (a round trip to a backend), not the delay. A booking that
 	// cannot be made (a full queue, or more than 36 years ahead) is returned
 	// with OK false, having booked nothing.
@@ -63,7 +64,8 @@ type Limiter interface {
 	// context.DeadlineExceeded. (A deadline is an instant of real time: the
 	// time left before it is measured by the time package, whatever the
 	// limiter's Clock.) If ctx ends during the wait the booking is
-	// given back and ctx.Err() returned.
+	// cancelled, giving back what Reservation.Cancel does, and ctx.Err()
+	// returned.
 	WaitN(ctx context.Context, key string, n int) error
 }
 
@@ -140,7 +142,8 @@ func (e *LimitError) Is(target error) bool {
 }
 
 // Reservation is a booking of n events made by Reserve. The events may
-// happen after Delay; Cancel gives back what is not yet due.
+// happen after Delay; Cancel gives back what it can of a booking not yet
+// due.
 //
 // A Reservation whose OK is false booked nothing. Methods are safe for
 // concurrent use; Cancel acts at most once.
@@ -161,7 +164,8 @@ type Reservation struct {
 //
 // act is the time the booked events conform, read on clock. cancel, if not
 // nil, is called at most once by Cancel with the clock's time, and must
-// give back what is not yet due at that time; it must not block.
+// give back no more than Cancel's contract allows at that time; it must
+// not block.
 func NewReservation(clock Clock, ok bool, d Decision, act time.Time, cancel func(at time.Time)) *Reservation {
 	if clock == nil {
 		clock = systemClock{}
@@ -208,10 +212,19 @@ func (r *Reservation) DelayFrom(t time.Time) time.Duration {
 	return 0
 }
 
-// Cancel gives back the booked events that are not yet due: if the time to
-// act has not passed (on the limiter's clock), all of them, as if never
-// booked, so later requests may use them; otherwise nothing. Cancelling
-// twice, or cancelling a reservation that is not OK, does nothing.
+// Cancel gives back what it can of the booking, so that later requests may
+// use it, and never more than would let the limiter pass more events than
+// its bound. Once the time to act has passed (on the limiter's clock) it
+// gives back nothing: the events have acted. Before that, what comes back
+// depends on the algorithm and on what was booked after this booking on
+// the same key; each algorithm's doc says exactly. In short: the latest
+// booking on a key is always given back whole, as if never made, so
+// cancelling bookings latest first gives every one back. An earlier one,
+// while a later one is held, is given back whole by FixedWindow,
+// SlidingWindowCounter and SlidingLog (within the limits their docs state)
+// and not at all by TokenBucket and LeakyBucket, whose later bookings are
+// timed to follow it. Cancelling twice, or cancelling a reservation that is
+// not OK, does nothing.
 func (r *Reservation) Cancel() {
 	r.cancelAt(r.clock.Now())
 }
@@ -238,8 +251,8 @@ func validN(n, max int) error {
 // Reserve plumbing: a step that books n events for key at now, provided
 // they conform within maxWait.
 type booker interface {
-	book(key string, n int, now, maxWait int64) (d Decision, act int64, ok bool)
-	unbook(key string, n int, act, at int64)
+	book(key string, n int, now, maxWait int64) (d Decision, b booked, ok bool)
+	unbook(key string, n int, b booked, at int64)
 }
 
 // reserve implements Reserve for an in-memory algorithm; maxWait < 0 means
@@ -249,10 +262,10 @@ func reserve(b booker, nc *nanoClock, key string, n, limit int, maxWait int64) (
 		return nil, err
 	}
 	now := nc.now()
-	d, act, ok := b.book(key, n, now, maxWait)
-	r := &Reservation{ok: ok, decision: d, act: nc.timeOf(act), clock: nc.clock, line: nc, actNs: act}
+	d, bk, ok := b.book(key, n, now, maxWait)
+	r := &Reservation{ok: ok, decision: d, act: nc.timeOf(bk.act), clock: nc.clock, line: nc, actNs: bk.act}
 	if ok && n > 0 {
-		r.cancel = func(at time.Time) { b.unbook(key, n, act, nc.nanosOf(at)) }
+		r.cancel = func(at time.Time) { b.unbook(key, n, bk, nc.nanosOf(at)) }
 	}
 	return r, nil
 }

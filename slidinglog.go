@@ -173,19 +173,19 @@ func (s *slState) after(t int64) int32 {
 	return lo
 }
 
-func (a *slAlgo) step(s *slState, now, n, maxWait int64) (d Decision, act int64, ok bool) {
+func (a *slAlgo) step(s *slState, now, n, maxWait int64) (d Decision, b booked, ok bool) {
 	d.Limit = int(a.limit)
 	from := s.from(now)
 	if n == 0 {
 		d.Allowed = true
 		d.Remaining = a.remaining(s, now, from)
 		d.ResetAfter = a.resetAfter(s, now)
-		return d, now, true
+		return d, booked{act: now}, true
 	}
 	// The window (t−W, t] has room for n iff at most L−n logged instants
 	// are later than t−W, that is iff the (L−n+1)-th newest is at or before
 	// t−W: t is at least that instant plus W.
-	act = from
+	act := from
 	if j := int64(s.n) - (a.limit - n) - 1; j >= 0 {
 		act = max(act, s.at(int32(j))+a.window)
 	}
@@ -194,7 +194,7 @@ func (a *slAlgo) step(s *slState, now, n, maxWait int64) (d Decision, act int64,
 		d.Remaining = a.remaining(s, now, from)
 		d.RetryAfter = durationNs(delay)
 		d.ResetAfter = a.resetAfter(s, now)
-		return d, act, false
+		return d, booked{act: act}, false
 	}
 	if s.ring == nil {
 		s.ring = make([]int64, a.limit)
@@ -212,7 +212,7 @@ func (a *slAlgo) step(s *slState, now, n, maxWait int64) (d Decision, act int64,
 	}
 	d.RetryAfter = durationNs(delay)
 	d.ResetAfter = durationNs(act - now + a.window)
-	return d, act, true
+	return d, booked{act: act}, true
 }
 
 // remaining is how many events the window (now−W, now] has room for;
@@ -240,7 +240,8 @@ func (a *slAlgo) resetAfter(s *slState, now int64) time.Duration {
 // unstep removes n instants equal to act, the booking's, from the log, if
 // it is not yet due. Instants dropped since to make room for a later
 // booking are gone already.
-func (a *slAlgo) unstep(s *slState, n, act, at int64) {
+func (a *slAlgo) unstep(s *slState, n int64, b booked, at int64) {
+	act := b.act
 	if at > act || s.n == 0 {
 		return
 	}
