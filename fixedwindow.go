@@ -57,7 +57,7 @@ type fwAlgo struct {
 // NewFixedWindow returns a fixed-window limiter of rate.N events per
 // window of rate.Period, per key. It returns an error matching
 // ErrInvalidRate if the rate's count or period is not positive, if the
-// count does not fit in an int, or if the period exceeds 36 years.
+// count does not fit in an int, or if the period exceeds about 36.5 years (2⁶⁰ ns).
 func NewFixedWindow(rate Rate, opts ...Option) (*FixedWindow, error) {
 	limit, window, err := windowParams(rate)
 	if err != nil {
@@ -81,7 +81,7 @@ func windowParams(rate Rate) (limit, window int64, err error) {
 		return 0, 0, fmt.Errorf("%w: limit %d does not fit in an int", ErrInvalidRate, rate.N)
 	}
 	if int64(rate.Period) > maxSpan {
-		return 0, 0, fmt.Errorf("%w: window %v is longer than %v", ErrInvalidRate, rate.Period, time.Duration(maxSpan))
+		return 0, 0, fmt.Errorf("%w: a window of %s is longer than a window may span (%s)", ErrInvalidRate, readable(int64(rate.Period)), maxSpanText)
 	}
 	return rate.N, int64(rate.Period), nil
 }

@@ -12,7 +12,8 @@ import (
 // back the same through String.
 func FuzzParseRate(f *testing.F) {
 	for _, s := range []string{"2/s", "150/day", "5 per 2s", "1000/h", "7/1m30s", "0/s", "-1/s",
-		"1/0s", "9223372036854775807/ns", "1/2562047h", "1/106751d", "x", "/", "1 per", "3/seconds", "1/µs"} {
+		"1/0s", "9223372036854775807/ns", "1/2562047h", "1/106751d", "x", "/", "1 per", "3/seconds", "1/µs",
+		"5/2min", "10/2hrs", "10/2 days", "5 per 2 minutes", "1/1m 30s", "1/3MS", "1/9223372036854775807ns"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -104,6 +105,8 @@ func FuzzAlgorithmStep(f *testing.F) {
 	f.Add(uint8(0), int64(math.MaxInt64), int64(1), uint16(65535), int64(1), []byte{9, 8, 7, 6, 5, 4, 3, 2, 1})
 	f.Add(uint8(0), int64(3), int64(time.Second), uint16(5), int64(math.MaxInt64), []byte{128, 0, 0, 0, 0, 0, 0, 0, 3, 3})
 	f.Add(uint8(0), int64(10), int64(13*time.Second), uint16(3), int64(-1), []byte{1, 0, 0, 0, 0, 0, 0, 128, 2})
+	f.Add(uint8(0), int64(1), int64(math.MaxInt64), uint16(1000), int64(0), []byte{0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1})
+	f.Add(uint8(1), int64(math.MaxInt64), int64(math.MaxInt64-1), uint16(3), int64(0), []byte{0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1})
 	f.Fuzz(func(t *testing.T, alg uint8, n, period int64, capacity uint16, start int64, ops []byte) {
 		spec := fuzzAlgorithms[int(alg)%len(fuzzAlgorithms)]
 		rate := Rate{N: n, Period: time.Duration(period)}

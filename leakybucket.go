@@ -99,7 +99,8 @@ type lbAlgo tbAlgo
 // NewLeakyBucket returns a leaky bucket per key: a queue of capacity events
 // drained at rate. It returns an error matching ErrInvalidRate if the
 // rate's count or period is not positive, and ErrInvalidCapacity if
-// capacity is not positive or capacity/rate exceeds 73 years.
+// capacity is not positive or capacity/rate (the time a full queue takes to
+// drain) exceeds about 36.5 years (2⁶⁰ ns).
 func NewLeakyBucket(rate Rate, capacity int, opts ...Option) (*LeakyBucket, error) {
 	params, err := newTBAlgo(rate, capacity)
 	if err != nil {

@@ -22,7 +22,6 @@ package ratelimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"time"
 )
@@ -104,10 +103,14 @@ var (
 	ErrExceedsLimit = errors.New("ratelimit: n exceeds the limit")
 	// ErrNegativeN means n < 0.
 	ErrNegativeN = errors.New("ratelimit: n is negative")
-	// ErrInvalidRate means a rate's count or period is not positive, or a
-	// rate string could not be parsed.
+	// ErrInvalidRate means a rate's count or period is not positive, a
+	// rate string could not be parsed, or a rate does not fit the
+	// algorithm (a window longer than about 36.5 years, a limit too large
+	// for an int or for a sliding log).
 	ErrInvalidRate = errors.New("ratelimit: invalid rate")
-	// ErrInvalidCapacity means a capacity or limit is not positive.
+	// ErrInvalidCapacity means a capacity or limit is not positive, or is
+	// too large to represent: a bucket that would take more than about
+	// 36.5 years to refill at its rate.
 	ErrInvalidCapacity = errors.New("ratelimit: invalid capacity")
 	// ErrInvalidOption means an option's value is out of range.
 	ErrInvalidOption = errors.New("ratelimit: invalid option")
@@ -127,9 +130,9 @@ type LimitError struct {
 
 func (e *LimitError) Error() string {
 	if e.Deadline {
-		return fmt.Sprintf("ratelimit: wait of %v would exceed the context deadline", e.RetryAfter)
+		return "ratelimit: wait of " + readable(int64(e.RetryAfter)) + " would exceed the context deadline"
 	}
-	return fmt.Sprintf("ratelimit: rate limited, retry after %v", e.RetryAfter)
+	return "ratelimit: rate limited, retry after " + readable(int64(e.RetryAfter))
 }
 
 // Is makes errors.Is match ErrLimited, and context.DeadlineExceeded when
@@ -149,6 +152,8 @@ type Reservation struct {
 	decision Decision
 	act      time.Time // when the events conform
 	clock    Clock
+	line     *nanoClock // the in-memory limiter's time line; nil if from NewReservation
+	actNs    int64      // act on line
 	cancel   func(at time.Time)
 	done     atomic.Bool
 }
@@ -179,19 +184,27 @@ func (r *Reservation) OK() bool { return r.ok }
 func (r *Reservation) Decision() Decision { return r.decision }
 
 // TimeToAct returns when the booked events conform, on the limiter's clock.
+// The in-memory limiters see their clock within the years 1970 to 2116 (see
+// Clock); a clock reading outside acts as the nearest end of that range, so
+// for a clock before 1970 the time to act is 1970 or later.
 func (r *Reservation) TimeToAct() time.Time { return r.act }
 
 // Delay returns how long from now, on the limiter's clock, until the
 // booked events conform; zero if that time has come. For a reservation
-// that is not OK it returns the decision's RetryAfter.
+// that is not OK it returns the decision's RetryAfter. Right after Reserve
+// it is the decision's RetryAfter, whatever the clock reads.
 func (r *Reservation) Delay() time.Duration {
 	return r.DelayFrom(r.clock.Now())
 }
 
-// DelayFrom is like Delay, measured from t.
+// DelayFrom is like Delay, measured from t. For the in-memory limiters t
+// is read as the limiter reads its clock, clamped to the years 1970 to 2116.
 func (r *Reservation) DelayFrom(t time.Time) time.Duration {
 	if !r.ok {
 		return r.decision.RetryAfter
+	}
+	if r.line != nil {
+		return durationNs(r.actNs - r.line.nanosOf(t))
 	}
 	if d := r.act.Sub(t); d > 0 {
 		return d
@@ -250,12 +263,9 @@ func reserve(b booker, nc *nanoClock, key string, n, limit int, maxWait int64) (
 	}
 	now := nc.now()
 	d, bk, ok := b.book(key, n, now, maxWait)
-	r := &Reservation{ok: ok, decision: d, act: nc.timeOf(bk.act), clock: nc.clock}
+	r := &Reservation{ok: ok, decision: d, act: nc.timeOf(bk.act), clock: nc.clock, line: nc, actNs: bk.act}
 	if ok && n > 0 {
-		r.cancel = func(at time.Time) { b.unbook(key, n, bk, at.UnixNano()) }
-		if nc.system {
-			r.cancel = func(at time.Time) { b.unbook(key, n, bk, nc.base+int64(at.Sub(nc.start))) }
-		}
+		r.cancel = func(at time.Time) { b.unbook(key, n, bk, nc.nanosOf(at)) }
 	}
 	return r, nil
 }
@@ -293,21 +303,27 @@ func waitN(ctx context.Context, b booker, nc *nanoClock, key string, n, limit in
 	return sleepReservation(ctx, r)
 }
 
-// sleepReservation waits until r is due; if ctx ends first it cancels r
-// and returns ctx.Err().
+// sleepReservation waits until r is due on the limiter's time line; if ctx
+// ends first it cancels r and returns ctx.Err(). While the clock reads
+// before 1970 the limiter's time stands still, so the wait lasts until the
+// clock itself reaches the time to act (the timer then waits the longer of
+// the two measures); after 2116 it stands still too, and the wait lasts
+// until the clock comes back or ctx ends.
 func sleepReservation(ctx context.Context, r *Reservation) error {
-	delay := r.Delay()
-	if delay <= 0 {
-		return nil
-	}
-	t := r.clock.NewTimer(delay)
-	select {
-	case <-t.C():
-		return nil
-	case <-ctx.Done():
-		t.Stop()
-		r.Cancel()
-		return ctx.Err()
+	for {
+		now := r.clock.Now()
+		delay := r.DelayFrom(now)
+		if delay <= 0 {
+			return nil
+		}
+		t := r.clock.NewTimer(max(delay, r.act.Sub(now)))
+		select {
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+			r.Cancel()
+			return ctx.Err()
+		}
 	}
 }
 

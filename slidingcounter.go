@@ -74,7 +74,7 @@ type swcAlgo struct {
 // NewSlidingWindowCounter returns a sliding window counter of rate.N
 // events per sliding window of rate.Period, per key. It returns an error
 // matching ErrInvalidRate if the rate's count or period is not positive, if
-// the count does not fit in an int, or if the period exceeds 36 years.
+// the count does not fit in an int, or if the period exceeds about 36.5 years (2⁶⁰ ns).
 func NewSlidingWindowCounter(rate Rate, opts ...Option) (*SlidingWindowCounter, error) {
 	limit, window, err := windowParams(rate)
 	if err != nil {

@@ -22,7 +22,7 @@ const maxLogLimit = 1 << 20
 // for a booking may have dropped older instants from the log, those that
 // would have left the window by the booked time; they do not come back, and
 // until they would have left the window the key stays closed, so a Cancel
-// never gives back more than was booked. A booking more than 36 years
+// never gives back more than was booked. A booking more than about 36.5 years
 // ahead is refused (the Reservation is not OK).
 //
 // Memory is O(L) per key: the log is a ring of L instants, 8·L bytes,
@@ -58,7 +58,7 @@ type slAlgo struct {
 // NewSlidingLog returns a sliding log of rate.N events per sliding window
 // of rate.Period, per key. It returns an error matching ErrInvalidRate if
 // the rate's count or period is not positive, if the count exceeds
-// 1,048,576, or if the period exceeds 36 years.
+// 1,048,576, or if the period exceeds about 36.5 years (2⁶⁰ ns).
 func NewSlidingLog(rate Rate, opts ...Option) (*SlidingLog, error) {
 	limit, window, err := windowParams(rate)
 	if err != nil {

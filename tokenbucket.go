@@ -1,9 +1,6 @@
 package ratelimit
 
-import (
-	"fmt"
-	"time"
-)
+import "fmt"
 
 // TokenBucket is a token bucket per key: a bucket holds up to capacity C
 // tokens, refilled continuously at rate r; an event takes one token, and is
@@ -59,15 +56,11 @@ type tbAlgo struct {
 	tau      ftime // C intervals: the burst tolerance
 }
 
-// maxSpan bounds capacity × interval (and the like for windows), and how
-// far ahead Reserve books, so that every sum of instants stays within int64
-// (see minNanos and maxNanos).
-const maxSpan = int64(1) << 60 // about 36 years
-
 // NewTokenBucket returns a token bucket per key of the given capacity,
 // refilled at rate. It returns an error matching ErrInvalidRate if the
 // rate's count or period is not positive, and ErrInvalidCapacity if
-// capacity is not positive or capacity/rate exceeds 36 years.
+// capacity is not positive or capacity/rate (the time the bucket takes to
+// refill from empty) exceeds about 36.5 years (2⁶⁰ ns).
 func NewTokenBucket(rate Rate, capacity int, opts ...Option) (*TokenBucket, error) {
 	alg, err := newTBAlgo(rate, capacity)
 	if err != nil {
@@ -88,8 +81,10 @@ func newTBAlgo(rate Rate, capacity int) (*tbAlgo, error) {
 		return nil, fmt.Errorf("%w: capacity must be positive, got %d", ErrInvalidCapacity, capacity)
 	}
 	iv := rate.interval()
-	if int64(capacity) > maxSpan/max(iv.q+1, 1) {
-		return nil, fmt.Errorf("%w: capacity %d at %v spans more than %v", ErrInvalidCapacity, capacity, rate, time.Duration(maxSpan))
+	if !iv.within(int64(capacity), maxSpan) {
+		span := float64(capacity) * float64(rate.Period) / float64(rate.N)
+		return nil, fmt.Errorf("%w: a capacity of %d at %v takes %s to refill, more than a bucket may span (%s)",
+			ErrInvalidCapacity, capacity, rate, readableNs(span), maxSpanText)
 	}
 	return &tbAlgo{iv: iv, capacity: int64(capacity), tau: iv.add(ftime{}, int64(capacity))}, nil
 }
