@@ -34,7 +34,7 @@ func newConfig(opts []Option) (config, error) {
 	case c.maxKeys < 0:
 		return c, fmt.Errorf("%w: max keys must not be negative, got %d", ErrInvalidOption, c.maxKeys)
 	case c.sweepInterval < 0:
-		return c, fmt.Errorf("%w: sweep interval must not be negative, got %v", ErrInvalidOption, c.sweepInterval)
+		return c, fmt.Errorf("%w: sweep interval must not be negative, got %s", ErrInvalidOption, readable(int64(c.sweepInterval)))
 	}
 	return c, nil
 }
