@@ -43,7 +43,7 @@ var fuzzAlgorithms = []struct {
 	build func(rate Rate, capacity int) (fuzzStepper, int, func(elapsed int64) int64, error)
 }{
 	{"tokenbucket", func(rate Rate, capacity int) (fuzzStepper, int, func(int64) int64, error) {
-		a, err := newTBAlgo(rate, capacity)
+		a, err := newTBParams(rate, capacity)
 		if err != nil {
 			return nil, 0, nil, err
 		}
@@ -53,7 +53,7 @@ var fuzzAlgorithms = []struct {
 		return &stateStepper[tbState]{a: a, fresh: true}, capacity, bound, nil
 	}},
 	{"leakybucket", func(rate Rate, capacity int) (fuzzStepper, int, func(int64) int64, error) {
-		a, err := newTBAlgo(rate, capacity)
+		a, err := newTBParams(rate, capacity)
 		if err != nil {
 			return nil, 0, nil, err
 		}
@@ -62,7 +62,7 @@ var fuzzAlgorithms = []struct {
 		bound := func(elapsed int64) int64 {
 			return satAdd(int64(capacity), a.iv.count(ftime{ns: elapsed}))
 		}
-		return &stateStepper[lbState]{a: (*lbAlgo)(a), fresh: true}, capacity, bound, nil
+		return &stateStepper[lbState]{a: (*lbParams)(a), fresh: true}, capacity, bound, nil
 	}},
 }
 
@@ -73,7 +73,7 @@ type fuzzStepper interface {
 
 // stateStepper drives one key's state through an algo's pure step.
 type stateStepper[S any] struct {
-	a     algo[S]
+	a     stepAlgo[S]
 	s     S
 	fresh bool
 }

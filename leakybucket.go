@@ -82,7 +82,7 @@ package ratelimit
 // Build it with NewLeakyBucket. It is safe for concurrent use. Most callers
 // want Wait (to be shaped) or Allow (to drop what cannot go now).
 type LeakyBucket struct {
-	keyed[lbState, *lbAlgo]
+	keyed[lbState, lbParams, *lbParams]
 }
 
 // lbState is a key's queue: the end of its last booked slot. The queue is
@@ -91,10 +91,10 @@ type lbState struct {
 	end ftime
 }
 
-// lbAlgo has the token bucket's parameters, built and checked by the same
+// lbParams has the token bucket's parameters, built and checked by the same
 // code: the slot length iv = 1/r, the queue size C and tau = C/r, the
 // longest the queue can reach ahead of now.
-type lbAlgo tbAlgo
+type lbParams tbParams
 
 // NewLeakyBucket returns a leaky bucket per key: a queue of capacity events
 // drained at rate. It returns an error matching ErrInvalidRate if the
@@ -102,88 +102,87 @@ type lbAlgo tbAlgo
 // capacity is not positive or capacity/rate (the time a full queue takes to
 // drain) exceeds about 36.5 years (2⁶⁰ ns).
 func NewLeakyBucket(rate Rate, capacity int, opts ...Option) (*LeakyBucket, error) {
-	params, err := newTBAlgo(rate, capacity)
+	params, err := newTBParams(rate, capacity)
 	if err != nil {
 		return nil, err
 	}
-	k, err := newKeyed[lbState]((*lbAlgo)(params), capacity, opts)
+	k, err := newKeyed[lbState, lbParams]((*lbParams)(params), capacity, opts)
 	if err != nil {
 		return nil, err
 	}
 	return &LeakyBucket{k}, nil
 }
 
-// Allow reports whether one event for key may depart now (its queue is
-// empty), and books its slot if so. It does not allocate for a key already
-// in the store.
+// Allow reports whether one event for key may depart now, and records it
+// if so: only when the queue is empty. It does not allocate for a key
+// already in the store.
 func (lb *LeakyBucket) Allow(key string) bool {
 	now := lb.nc.now()
-	ent, rel := lb.st.acquire(key, now)
-	s := &ent.s
-	ok := s.end.notAfter(ftime{ns: now})
-	if ok {
-		s.end = lb.alg.iv.add(ftime{ns: now}, 1)
-	}
-	ent.unlock(rel)
+	p := lb.p
+	h, _ := lb.st.Take(key, now, true)
+	_, ok := p.admit(h.State(), now, 1, 0)
+	h.Release()
 	return ok
 }
 
-func (a *lbAlgo) init(s *lbState, now int64) { s.end = ftime{ns: now} }
+func (p *lbParams) init(s *lbState, now int64) { s.end = ftime{ns: now} }
 
-func (a *lbAlgo) atRest(s *lbState, now int64) bool { return s.end.notAfter(ftime{ns: now}) }
+func (p *lbParams) atRest(s *lbState, now int64) bool { return s.end.notAfter(ftime{ns: now}) }
 
-// free returns the free places of a queue ending at end, at now; full is
-// now + tau, the end of a full queue.
-func (a *lbAlgo) free(full, end ftime) int {
-	return int(min(a.iv.count(a.iv.diff(full, end)), a.capacity))
+// free is how many events the queue has room for, its end at end and an
+// empty queue's limit at full.
+func (p *lbParams) free(full, end ftime) int {
+	return int(min(p.iv.count(p.iv.diff(full, end)), p.capacity))
 }
 
-func (a *lbAlgo) step(s *lbState, now, n, maxWait int64) (d Decision, b booked, ok bool) {
+// admit: n events take the next n slots of the queue, from its end (or
+// now, if it is empty) and depart at the first; they are refused if the
+// queue has no room for them, or if their first slot is later than
+// maxWait. A peek (n == 0) always conforms, at now.
+func (p *lbParams) admit(s *lbState, now, n, maxWait int64) (b booked, ok bool) {
+	if n == 0 {
+		return booked{act: now}, true
+	}
 	start := s.end // the booking's first slot: the queue's end, or now if empty
 	if start.ns < now {
 		start = ftime{ns: now}
 	}
-	full := ftime{ns: now + a.tau.ns, fr: a.tau.fr}
+	full := ftime{ns: now + p.tau.ns, fr: p.tau.fr}
 	delay := start.ceilNs() - now
-	d.Limit = int(a.capacity)
-	if n == 0 {
-		d.Allowed = true
-		d.Remaining = a.free(full, start)
-		d.ResetAfter = durationNs(delay)
-		return d, booked{act: now}, true
-	}
-	end := a.iv.add(start, n)
+	end := p.iv.add(start, n)
 	fits := end.notAfter(full)
 	if !fits || (maxWait >= 0 && delay > maxWait) {
 		retry := delay // the slot is too late: report the wait it needs
 		if !fits && (maxWait < 0 || delay <= maxWait) {
-			// Too few places: n free when end - tau <= now.
-			retry = a.iv.diff(end, a.tau).ceilNs() - now
+			retry = p.iv.diff(end, p.tau).ceilNs() - now
 		}
-		d.Remaining = a.free(full, start)
-		d.RetryAfter = durationNs(retry)
-		d.ResetAfter = durationNs(delay)
-		return d, booked{act: now + retry}, false
+		return booked{act: now + retry}, false
 	}
 	s.end = end // at most C/r <= maxSpan ahead of now: fits saw to it
-	d.Allowed = delay == 0
-	d.Remaining = a.free(full, end)
-	d.RetryAfter = durationNs(delay)
-	d.ResetAfter = durationNs(end.ceilNs() - now)
-	return d, booked{act: now + delay, end: end}, true
+	return booked{act: now + delay, end: end}, true
 }
 
-// unstep gives back a booking of n slots that ended the queue at b.end,
-// if its first slot has not started (at <= b.act) and it is the tail of
-// the queue: the queue still ends at b.end. That is exact at any rate: a
-// booking ends the queue strictly later than the queue ended before it,
-// and the queue's end comes back only to where a cancelled tail began, so
-// while a booking is held no other ends where it does.
-func (a *lbAlgo) unstep(s *lbState, n int64, b booked, at int64) {
+// describe reads the queue from its end (or now, if it is empty): the room
+// left in it, and when it empties.
+func (p *lbParams) describe(s *lbState, now int64, b booked, ok bool) (d Decision) {
+	end := s.end
+	if end.ns < now {
+		end = ftime{ns: now}
+	}
+	full := ftime{ns: now + p.tau.ns, fr: p.tau.fr}
+	d.Limit = int(p.capacity)
+	d.Allowed = ok && b.act == now
+	d.Remaining = p.free(full, end)
+	d.RetryAfter = durationNs(b.act - now)
+	d.ResetAfter = durationNs(end.ceilNs() - now)
+	return d
+}
+
+func (p *lbParams) unstep(s *lbState, n int64, b booked, at int64) {
 	if at > b.act || s.end != b.end {
 		return // started, or not the tail: its slots stay, empty
 	}
-	s.end = a.iv.sub(s.end, n)
+	s.end = p.iv.sub(s.end, n)
 }
 
 var _ Limiter = (*LeakyBucket)(nil)

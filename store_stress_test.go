@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ratelimitkit/ratelimit/internal/keystore"
 )
 
 // Stress tests for the keyed store: several goroutines call every
@@ -258,7 +260,7 @@ func TestStressDeletesMoveLiveKeys(t *testing.T) {
 			hot := stressKeys("hot", hotKeys)
 			for r := range rounds {
 				if r > 0 {
-					clk.Advance(restGrace + 3*suitePeriod)
+					clk.Advance(keystore.RestGrace + 3*suitePeriod)
 				}
 				fresh := stressKeys(fmt.Sprint("round", r), roundKeys)
 				got := make([]atomic.Int64, len(hot))

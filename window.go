@@ -9,20 +9,20 @@ import "time"
 
 // Window returns capacity/rate, rounded up to the nanosecond: how long an
 // empty bucket takes to fill.
-func (tb *TokenBucket) Window() time.Duration { return ceilNs(tb.alg.tau) }
+func (tb *TokenBucket) Window() time.Duration { return ceilNs(tb.p.tau) }
 
 // Window returns capacity/rate, rounded up to the nanosecond: how long a
 // full queue takes to drain.
-func (lb *LeakyBucket) Window() time.Duration { return ceilNs(lb.alg.tau) }
+func (lb *LeakyBucket) Window() time.Duration { return ceilNs(lb.p.tau) }
 
 // Window returns the window's length, the rate's period.
-func (fw *FixedWindow) Window() time.Duration { return time.Duration(fw.alg.window) }
+func (fw *FixedWindow) Window() time.Duration { return time.Duration(fw.p.window) }
 
 // Window returns the sliding window's length, the rate's period.
-func (sl *SlidingLog) Window() time.Duration { return time.Duration(sl.alg.window) }
+func (sl *SlidingLog) Window() time.Duration { return time.Duration(sl.p.window) }
 
 // Window returns the sliding window's length, the rate's period.
-func (sc *SlidingWindowCounter) Window() time.Duration { return time.Duration(sc.alg.window) }
+func (sc *SlidingWindowCounter) Window() time.Duration { return time.Duration(sc.p.window) }
 
 // ceilNs rounds an exact instant up to a whole nanosecond.
 func ceilNs(t ftime) time.Duration {

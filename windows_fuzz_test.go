@@ -22,7 +22,7 @@ type winStepper interface {
 }
 
 type fwStepper struct {
-	a *fwAlgo
+	a *fwParams
 	s fwState
 }
 
@@ -40,7 +40,7 @@ func (w *fwStepper) fresh(now int64) winStepper {
 }
 
 type swcStepper struct {
-	a *swcAlgo
+	a *swcParams
 	s swcState
 }
 
@@ -58,7 +58,7 @@ func (w *swcStepper) fresh(now int64) winStepper {
 }
 
 type slStepper struct {
-	a *slAlgo
+	a *slParams
 	s slState
 }
 
@@ -101,7 +101,7 @@ func newWinStepper(alg uint8, rate Rate) (winStepper, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &fwStepper{a: l.alg}, nil
+		return &fwStepper{a: l.p}, nil
 	case 1:
 		// Keep the log small: the fuzzer would otherwise spend its time
 		// allocating rings of a million instants.
@@ -112,13 +112,13 @@ func newWinStepper(alg uint8, rate Rate) (winStepper, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &slStepper{a: l.alg}, nil
+		return &slStepper{a: l.p}, nil
 	default:
 		l, err := NewSlidingWindowCounter(rate)
 		if err != nil {
 			return nil, err
 		}
-		return &swcStepper{a: l.alg}, nil
+		return &swcStepper{a: l.p}, nil
 	}
 }
 
