@@ -40,7 +40,7 @@ import (
 // Build it with NewFixedWindow. It is safe for concurrent use. Most callers
 // want Allow.
 type FixedWindow struct {
-	keyed[fwState, fwParams, *fwParams]
+	k keyed[fwState, fwParams, *fwParams]
 }
 
 // fwState is a key's window and what it has counted.
@@ -68,7 +68,7 @@ func NewFixedWindow(rate Rate, opts ...Option) (*FixedWindow, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &FixedWindow{k}, nil
+	return &FixedWindow{k: k}, nil
 }
 
 // windowParams checks a rate for the window algorithms and returns its
@@ -99,9 +99,9 @@ func windowStart(t, w int64) int64 {
 // Allow reports whether one event for key may happen now, and records it
 // if so. It does not allocate for a key already in the store.
 func (fw *FixedWindow) Allow(key string) bool {
-	now := fw.nc.now()
-	p := fw.p
-	h, _ := fw.st.Take(key, now, true)
+	now := fw.k.nc.now()
+	p := fw.k.p
+	h, _ := fw.k.st.Take(key, now, true)
 	_, ok := p.admit(h.State(), now, 1, 0)
 	h.Release()
 	return ok

@@ -48,7 +48,7 @@ var fuzzAlgorithms = []struct {
 			return nil, 0, nil, err
 		}
 		bound := func(elapsed int64) int64 {
-			return satAdd(int64(capacity), a.iv.count(ftime{ns: elapsed}))
+			return satAdd(int64(capacity), a.iv.Count(ftime{Ns: elapsed}))
 		}
 		return &stateStepper[tbState]{a: a, fresh: true}, capacity, bound, nil
 	}},
@@ -60,7 +60,7 @@ var fuzzAlgorithms = []struct {
 		// The queue admits what a token bucket allows (see LeakyBucket); the
 		// cancels here are of the last booking, the tail, which it gives back.
 		bound := func(elapsed int64) int64 {
-			return satAdd(int64(capacity), a.iv.count(ftime{ns: elapsed}))
+			return satAdd(int64(capacity), a.iv.Count(ftime{Ns: elapsed}))
 		}
 		return &stateStepper[lbState]{a: (*lbParams)(a), fresh: true}, capacity, bound, nil
 	}},

@@ -1,5 +1,7 @@
 package ratelimit
 
+//go:generate go run gen_keyed.go
+
 import (
 	"context"
 	"sync"
@@ -56,9 +58,10 @@ type booked struct {
 }
 
 // keyed runs an algorithm per key on a keyed store and implements the
-// parts of Limiter that every algorithm shares. Each algorithm type embeds
-// it and adds its own Allow, the hot path: the same admit, called on a
-// concrete type so that the compiler can inline it.
+// parts of Limiter that every algorithm shares. Each algorithm type holds
+// one in a field named k, with thin methods generated in keyed_methods.go
+// (go generate), and adds its own Allow, the hot path: the same admit,
+// called on a concrete type so that the compiler can inline it.
 type keyed[S, P any, A algo[S, P]] struct {
 	p     *P // the parameters: read once per call
 	nc    nanoClock
@@ -103,11 +106,6 @@ func (k *keyed[S, P, A]) Reserve(ctx context.Context, key string, n int) (*Reser
 	return k.reserve(key, n, noMaxWait), nil
 }
 
-// Wait is shorthand for WaitN(ctx, key, 1).
-func (k *keyed[S, P, A]) Wait(ctx context.Context, key string) error {
-	return k.WaitN(ctx, key, 1)
-}
-
 // WaitN blocks until n events for key may happen and records them. See
 // Limiter for what it leaves behind when it fails.
 func (k *keyed[S, P, A]) WaitN(ctx context.Context, key string, n int) error {
@@ -148,9 +146,6 @@ func (k *keyed[S, P, A]) Close() error {
 	}
 	return nil
 }
-
-// Limit returns the most events the limiter allows a key at once.
-func (k *keyed[S, P, A]) Limit() int { return k.limit }
 
 // book decides n events for key at now, n validated, and describes the
 // decision. A peek (n == 0) creates no key: it steps a scratch state of

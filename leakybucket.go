@@ -82,7 +82,7 @@ package ratelimit
 // Build it with NewLeakyBucket. It is safe for concurrent use. Most callers
 // want Wait (to be shaped) or Allow (to drop what cannot go now).
 type LeakyBucket struct {
-	keyed[lbState, lbParams, *lbParams]
+	k keyed[lbState, lbParams, *lbParams]
 }
 
 // lbState is a key's queue: the end of its last booked slot. The queue is
@@ -110,29 +110,29 @@ func NewLeakyBucket(rate Rate, capacity int, opts ...Option) (*LeakyBucket, erro
 	if err != nil {
 		return nil, err
 	}
-	return &LeakyBucket{k}, nil
+	return &LeakyBucket{k: k}, nil
 }
 
 // Allow reports whether one event for key may depart now, and records it
 // if so: only when the queue is empty. It does not allocate for a key
 // already in the store.
 func (lb *LeakyBucket) Allow(key string) bool {
-	now := lb.nc.now()
-	p := lb.p
-	h, _ := lb.st.Take(key, now, true)
+	now := lb.k.nc.now()
+	p := lb.k.p
+	h, _ := lb.k.st.Take(key, now, true)
 	_, ok := p.admit(h.State(), now, 1, 0)
 	h.Release()
 	return ok
 }
 
-func (p *lbParams) init(s *lbState, now int64) { s.end = ftime{ns: now} }
+func (p *lbParams) init(s *lbState, now int64) { s.end = ftime{Ns: now} }
 
-func (p *lbParams) atRest(s *lbState, now int64) bool { return s.end.notAfter(ftime{ns: now}) }
+func (p *lbParams) atRest(s *lbState, now int64) bool { return s.end.NotAfter(ftime{Ns: now}) }
 
 // free is how many events the queue has room for, its end at end and an
 // empty queue's limit at full.
 func (p *lbParams) free(full, end ftime) int {
-	return int(min(p.iv.count(p.iv.diff(full, end)), p.capacity))
+	return int(min(p.iv.Count(p.iv.Diff(full, end)), p.capacity))
 }
 
 // admit: n events take the next n slots of the queue, from its end (or
@@ -144,17 +144,17 @@ func (p *lbParams) admit(s *lbState, now, n, maxWait int64) (b booked, ok bool) 
 		return booked{act: now}, true
 	}
 	start := s.end // the booking's first slot: the queue's end, or now if empty
-	if start.ns < now {
-		start = ftime{ns: now}
+	if start.Ns < now {
+		start = ftime{Ns: now}
 	}
-	full := ftime{ns: now + p.tau.ns, fr: p.tau.fr}
-	delay := start.ceilNs() - now
-	end := p.iv.add(start, n)
-	fits := end.notAfter(full)
+	full := ftime{Ns: now + p.tau.Ns, Fr: p.tau.Fr}
+	delay := start.CeilNs() - now
+	end := p.iv.Add(start, n)
+	fits := end.NotAfter(full)
 	if !fits || (maxWait >= 0 && delay > maxWait) {
 		retry := delay // the slot is too late: report the wait it needs
 		if !fits && (maxWait < 0 || delay <= maxWait) {
-			retry = p.iv.diff(end, p.tau).ceilNs() - now
+			retry = p.iv.Diff(end, p.tau).CeilNs() - now
 		}
 		return booked{act: now + retry}, false
 	}
@@ -166,15 +166,15 @@ func (p *lbParams) admit(s *lbState, now, n, maxWait int64) (b booked, ok bool) 
 // left in it, and when it empties.
 func (p *lbParams) describe(s *lbState, now int64, b booked, ok bool) (d Decision) {
 	end := s.end
-	if end.ns < now {
-		end = ftime{ns: now}
+	if end.Ns < now {
+		end = ftime{Ns: now}
 	}
-	full := ftime{ns: now + p.tau.ns, fr: p.tau.fr}
+	full := ftime{Ns: now + p.tau.Ns, Fr: p.tau.Fr}
 	d.Limit = int(p.capacity)
 	d.Allowed = ok && b.act == now
 	d.Remaining = p.free(full, end)
 	d.RetryAfter = durationNs(b.act - now)
-	d.ResetAfter = durationNs(end.ceilNs() - now)
+	d.ResetAfter = durationNs(end.CeilNs() - now)
 	return d
 }
 
@@ -182,7 +182,7 @@ func (p *lbParams) unstep(s *lbState, n int64, b booked, at int64) {
 	if at > b.act || s.end != b.end {
 		return // started, or not the tail: its slots stay, empty
 	}
-	s.end = p.iv.sub(s.end, n)
+	s.end = p.iv.Sub(s.end, n)
 }
 
 var _ Limiter = (*LeakyBucket)(nil)

@@ -54,7 +54,7 @@ import (
 // Build it with NewSlidingWindowCounter. It is safe for concurrent use.
 // Most callers want Allow.
 type SlidingWindowCounter struct {
-	keyed[swcState, swcParams, *swcParams]
+	k keyed[swcState, swcParams, *swcParams]
 }
 
 // swcState is a key's window and the counts of it and of the window before.
@@ -86,15 +86,15 @@ func NewSlidingWindowCounter(rate Rate, opts ...Option) (*SlidingWindowCounter, 
 	if err != nil {
 		return nil, err
 	}
-	return &SlidingWindowCounter{k}, nil
+	return &SlidingWindowCounter{k: k}, nil
 }
 
 // Allow reports whether one event for key may happen now, and records it
 // if so. It does not allocate for a key already in the store.
 func (sc *SlidingWindowCounter) Allow(key string) bool {
-	now := sc.nc.now()
-	p := sc.p
-	h, _ := sc.st.Take(key, now, true)
+	now := sc.k.nc.now()
+	p := sc.k.p
+	h, _ := sc.k.st.Take(key, now, true)
 	_, ok := p.admit(h.State(), now, 1, 0)
 	h.Release()
 	return ok

@@ -38,7 +38,7 @@ const maxLogLimit = 1 << 20
 // Build it with NewSlidingLog. It is safe for concurrent use. Most callers
 // want Allow.
 type SlidingLog struct {
-	keyed[slState, slParams, *slParams]
+	k keyed[slState, slParams, *slParams]
 }
 
 // slState is a key's log: a ring of the instants of its events in
@@ -73,16 +73,16 @@ func NewSlidingLog(rate Rate, opts ...Option) (*SlidingLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &SlidingLog{k}, nil
+	return &SlidingLog{k: k}, nil
 }
 
 // Allow reports whether one event for key may happen now, and records it
 // if so. It does not allocate for a key already in the store, once the
 // key has logged an event.
 func (sl *SlidingLog) Allow(key string) bool {
-	now := sl.nc.now()
-	p := sl.p
-	h, _ := sl.st.Take(key, now, true)
+	now := sl.k.nc.now()
+	p := sl.k.p
+	h, _ := sl.k.st.Take(key, now, true)
 	_, ok := p.admit(h.State(), now, 1, 0)
 	h.Release()
 	return ok

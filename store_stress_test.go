@@ -142,15 +142,15 @@ func checkLimiterStore(t *testing.T, lim testLimiter) {
 	t.Helper()
 	switch l := lim.(type) {
 	case *TokenBucket:
-		checkStore(t, l.st)
+		checkStore(t, l.k.st)
 	case *LeakyBucket:
-		checkStore(t, l.st)
+		checkStore(t, l.k.st)
 	case *FixedWindow:
-		checkStore(t, l.st)
+		checkStore(t, l.k.st)
 	case *SlidingLog:
-		checkStore(t, l.st)
+		checkStore(t, l.k.st)
 	case *SlidingWindowCounter:
-		checkStore(t, l.st)
+		checkStore(t, l.k.st)
 	default:
 		t.Fatalf("checkLimiterStore: unknown limiter %T", lim)
 	}

@@ -43,7 +43,7 @@ import "fmt"
 // Build it with NewTokenBucket. It is safe for concurrent use. Most callers
 // want Allow.
 type TokenBucket struct {
-	keyed[tbState, tbParams, *tbParams]
+	k keyed[tbState, tbParams, *tbParams]
 }
 
 type tbState struct {
@@ -71,7 +71,7 @@ func NewTokenBucket(rate Rate, capacity int, opts ...Option) (*TokenBucket, erro
 	if err != nil {
 		return nil, err
 	}
-	return &TokenBucket{k}, nil
+	return &TokenBucket{k: k}, nil
 }
 
 func newTBParams(rate Rate, capacity int) (*tbParams, error) {
@@ -82,42 +82,42 @@ func newTBParams(rate Rate, capacity int) (*tbParams, error) {
 		return nil, fmt.Errorf("%w: capacity must be positive, got %d", ErrInvalidCapacity, capacity)
 	}
 	iv := rate.interval()
-	if !iv.within(int64(capacity), maxSpan) {
+	if !iv.Within(int64(capacity), maxSpan) {
 		span := float64(capacity) * float64(rate.Period) / float64(rate.N)
 		return nil, fmt.Errorf("%w: a capacity of %d at %v takes %s to refill, more than a bucket may span (%s)",
 			ErrInvalidCapacity, capacity, rate, readableNs(span), maxSpanText)
 	}
-	return &tbParams{iv: iv, capacity: int64(capacity), tau: iv.add(ftime{}, int64(capacity))}, nil
+	return &tbParams{iv: iv, capacity: int64(capacity), tau: iv.Add(ftime{}, int64(capacity))}, nil
 }
 
 // Allow reports whether one event for key may happen now, and records it
 // if so. It does not allocate for a key already in the store.
 func (tb *TokenBucket) Allow(key string) bool {
-	now := tb.nc.now()
-	p := tb.p
-	h, _ := tb.st.Take(key, now, true)
+	now := tb.k.nc.now()
+	p := tb.k.p
+	h, _ := tb.k.st.Take(key, now, true)
 	_, ok := p.admit(h.State(), now, 1, 0)
 	h.Release()
 	return ok
 }
 
-func (p *tbParams) init(s *tbState, now int64) { s.tat = ftime{ns: now} }
+func (p *tbParams) init(s *tbState, now int64) { s.tat = ftime{Ns: now} }
 
-func (p *tbParams) atRest(s *tbState, now int64) bool { return s.tat.notAfter(ftime{ns: now}) }
+func (p *tbParams) atRest(s *tbState, now int64) bool { return s.tat.NotAfter(ftime{Ns: now}) }
 
 // admit: n tokens conform at the instant TAT+n/r-C/r (rounded up to a
 // whole nanosecond), or now if that is earlier; booking them moves TAT on
 // n intervals. A peek (n == 0) changes nothing, not even a TAT in the past.
 func (p *tbParams) admit(s *tbState, now, n, maxWait int64) (b booked, ok bool) {
 	base := s.tat
-	if base.ns < now {
-		base = ftime{ns: now}
+	if base.Ns < now {
+		base = ftime{Ns: now}
 	}
-	next := p.iv.add(base, n)
-	full := ftime{ns: now + p.tau.ns, fr: p.tau.fr} // TAT of an empty bucket
+	next := p.iv.Add(base, n)
+	full := ftime{Ns: now + p.tau.Ns, Fr: p.tau.Fr} // TAT of an empty bucket
 	act := now
-	if !next.notAfter(full) {
-		act += p.iv.diff(next, full).ceilNs() // next - tau, rounded up
+	if !next.NotAfter(full) {
+		act += p.iv.Diff(next, full).CeilNs() // next - tau, rounded up
 	}
 	if delay := act - now; (maxWait >= 0 && delay > maxWait) || delay > maxSpan {
 		return booked{act: act}, false
@@ -132,17 +132,17 @@ func (p *tbParams) admit(s *tbState, now, n, maxWait int64) (b booked, ok bool) 
 // holds, and when it is full again. A booking that must wait leaves none.
 func (p *tbParams) describe(s *tbState, now int64, b booked, ok bool) (d Decision) {
 	base := s.tat
-	if base.ns < now {
-		base = ftime{ns: now}
+	if base.Ns < now {
+		base = ftime{Ns: now}
 	}
 	d.Limit = int(p.capacity)
 	d.Allowed = ok && b.act == now
 	if !ok || d.Allowed {
-		full := ftime{ns: now + p.tau.ns, fr: p.tau.fr}
-		d.Remaining = int(min(p.iv.count(p.iv.diff(full, base)), p.capacity))
+		full := ftime{Ns: now + p.tau.Ns, Fr: p.tau.Fr}
+		d.Remaining = int(min(p.iv.Count(p.iv.Diff(full, base)), p.capacity))
 	}
 	d.RetryAfter = durationNs(b.act - now)
-	d.ResetAfter = durationNs(base.ceilNs() - now)
+	d.ResetAfter = durationNs(base.CeilNs() - now)
 	return d
 }
 
@@ -163,7 +163,7 @@ func (p *tbParams) unstep(s *tbState, n int64, b booked, at int64) {
 	if at > b.act || s.tat != b.end {
 		return // due (the tokens were spent), or not the latest
 	}
-	s.tat = p.iv.sub(s.tat, n)
+	s.tat = p.iv.Sub(s.tat, n)
 }
 
 var _ Limiter = (*TokenBucket)(nil)

@@ -9,25 +9,25 @@ import "time"
 
 // Window returns capacity/rate, rounded up to the nanosecond: how long an
 // empty bucket takes to fill.
-func (tb *TokenBucket) Window() time.Duration { return ceilNs(tb.p.tau) }
+func (tb *TokenBucket) Window() time.Duration { return ceilNs(tb.k.p.tau) }
 
 // Window returns capacity/rate, rounded up to the nanosecond: how long a
 // full queue takes to drain.
-func (lb *LeakyBucket) Window() time.Duration { return ceilNs(lb.p.tau) }
+func (lb *LeakyBucket) Window() time.Duration { return ceilNs(lb.k.p.tau) }
 
 // Window returns the window's length, the rate's period.
-func (fw *FixedWindow) Window() time.Duration { return time.Duration(fw.p.window) }
+func (fw *FixedWindow) Window() time.Duration { return time.Duration(fw.k.p.window) }
 
 // Window returns the sliding window's length, the rate's period.
-func (sl *SlidingLog) Window() time.Duration { return time.Duration(sl.p.window) }
+func (sl *SlidingLog) Window() time.Duration { return time.Duration(sl.k.p.window) }
 
 // Window returns the sliding window's length, the rate's period.
-func (sc *SlidingWindowCounter) Window() time.Duration { return time.Duration(sc.p.window) }
+func (sc *SlidingWindowCounter) Window() time.Duration { return time.Duration(sc.k.p.window) }
 
 // ceilNs rounds an exact instant up to a whole nanosecond.
 func ceilNs(t ftime) time.Duration {
-	if t.fr > 0 {
-		return time.Duration(t.ns + 1)
+	if t.Fr > 0 {
+		return time.Duration(t.Ns + 1)
 	}
-	return time.Duration(t.ns)
+	return time.Duration(t.Ns)
 }

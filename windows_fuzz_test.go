@@ -101,7 +101,7 @@ func newWinStepper(alg uint8, rate Rate) (winStepper, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &fwStepper{a: l.p}, nil
+		return &fwStepper{a: l.k.p}, nil
 	case 1:
 		// Keep the log small: the fuzzer would otherwise spend its time
 		// allocating rings of a million instants.
@@ -112,13 +112,13 @@ func newWinStepper(alg uint8, rate Rate) (winStepper, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &slStepper{a: l.p}, nil
+		return &slStepper{a: l.k.p}, nil
 	default:
 		l, err := NewSlidingWindowCounter(rate)
 		if err != nil {
 			return nil, err
 		}
-		return &swcStepper{a: l.p}, nil
+		return &swcStepper{a: l.k.p}, nil
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
+
+	"github.com/ratelimitkit/ratelimit/internal/exact"
 )
 
 // Bounds that keep every instant a script computes with exact in Lua's
@@ -45,7 +47,7 @@ type TokenBucket struct {
 var _ ratelimit.Limiter = (*TokenBucket)(nil)
 
 type tbAlgo struct {
-	iv       interval
+	iv       exact.Interval
 	capacity int64
 	tauNs    int64 // C intervals: the burst tolerance
 	tauFr    int64
@@ -84,12 +86,13 @@ func newTBAlgo(rate ratelimit.Rate, capacity int) (*tbAlgo, error) {
 	if capacity <= 0 {
 		return nil, fmt.Errorf("%w: capacity must be positive, got %d", ratelimit.ErrInvalidCapacity, capacity)
 	}
-	iv := newInterval(rate)
+	iv := exact.NewInterval(int64(rate.Period), rate.N)
 	a := &tbAlgo{iv: iv, capacity: int64(capacity)}
-	if a.capacity > int64(maxSpan)/max(iv.q, 1) {
+	if a.capacity > int64(maxSpan)/max(iv.Q, 1) {
 		return nil, fmt.Errorf("%w: capacity %d at %v spans more than %v, the redis backend's bound", ratelimit.ErrInvalidCapacity, capacity, rate, maxSpan)
 	}
-	a.tauNs, a.tauFr = iv.times(a.capacity)
+	tau := iv.Add(exact.Time{}, a.capacity)
+	a.tauNs, a.tauFr = tau.Ns, tau.Fr
 	if a.tauNs >= int64(maxSpan) && (a.tauNs > int64(maxSpan) || a.tauFr > 0) {
 		return nil, fmt.Errorf("%w: capacity %d at %v spans more than %v, the redis backend's bound", ratelimit.ErrInvalidCapacity, capacity, rate, maxSpan)
 	}
@@ -97,8 +100,8 @@ func newTBAlgo(rate ratelimit.Rate, capacity int) (*tbAlgo, error) {
 }
 
 func (a *tbAlgo) args(dst []any, n, _ int64) []any {
-	nivNs, nivFr := a.iv.times(n)
-	return append(dst, nivNs, nivFr, a.tauNs, a.tauFr, a.iv.den, int64(horizon))
+	niv := a.iv.Add(exact.Time{}, n)
+	return append(dst, niv.Ns, niv.Fr, a.tauNs, a.tauFr, a.iv.Den, int64(horizon))
 }
 
 // decision reads {ok, allowed, remNs, remFr, ...}: rem is the span of the
@@ -111,7 +114,7 @@ func (a *tbAlgo) decision(r *reply, n int64) ratelimit.Decision {
 		ResetAfter: time.Duration(r.reset),
 	}
 	if !r.ok || r.allowed {
-		d.Remaining = int(min(a.iv.count(r.a, r.b), a.capacity))
+		d.Remaining = int(min(a.iv.Count(exact.Time{Ns: r.a, Fr: r.b}), a.capacity))
 	}
 	return d
 }
