@@ -2,82 +2,37 @@ package ratelimit
 
 // LeakyBucket is a leaky bucket per key, used as a shaper: a queue of at
 // most C events drained at a constant rate r, so that what passes never
-// bursts. The output serves one slot every 1/r (exactly: 3 per second gives
-// slots 333,333,333⅓ ns apart, kept as integer nanoseconds plus an exact
-// fraction, so long runs do not drift). An event is given the slot after the
-// last one booked or, if the queue is empty, a slot starting at its arrival,
-// and may act at the start of that slot, rounded up to a whole nanosecond
-// (FIFO: no booking overtakes an earlier one). It holds its place in the queue
-// from its booking until the end of its slot, so the queue holds
-// ceil((E - t) * r) events at time t, where E is the end of the last booked
-// slot.
+// bursts. An event is given the slot after the last one booked (or, if the
+// queue is empty, a slot starting at its arrival) and acts at the start of
+// that slot, rounded up to a whole nanosecond; slots are exactly 1/r apart
+// and no booking overtakes an earlier one. n events take n consecutive
+// slots and act together at the first; n ranges over [0, C], more returns
+// ErrExceedsLimit.
 //
-// Methods:
-//   - Wait and Reserve take places in the queue: the delay is the time until
-//     the booking's slot starts. While the queue is busy, successive
-//     bookings of one event start exactly 1/r apart. If the queue has fewer than n free places the
-//     booking is refused at once: Reserve returns a Reservation with OK false
-//     and WaitN a *LimitError matching ErrLimited (see WaitN below).
-//   - Allow and AllowN never wait: they succeed only if the events can
-//     depart now, that is when the queue is empty. With a frozen clock,
-//     exactly one Allow succeeds per key; the next succeeds 1/r later.
-//   - n events take n consecutive slots and act together at the start of
-//     the first one; the next booking starts n/r later. This is a packet of
-//     n units on a link of r units per second: it starts at once on an idle
-//     link and holds the link for n/r. (Had the delay been the last slot's,
-//     AllowN of more than one event could never succeed and a WaitN of n
-//     would wait (n-1)/r longer than the queue requires.) n ranges over
-//     [0, C]; more returns ErrExceedsLimit.
+//   - Wait, WaitN and Reserve take places in the queue; the delay is the
+//     time until the booking's slot starts. A queue with fewer than n free
+//     places refuses at once: Reserve returns a Reservation that is not OK,
+//     WaitN a *LimitError matching ErrLimited, consuming nothing. WaitN
+//     with a deadline its slot would start after fails at once, consuming
+//     nothing, with a *LimitError that also matches
+//     context.DeadlineExceeded.
+//   - Allow and AllowN never wait: they succeed only when the queue is
+//     empty, so that the events depart now.
 //
-// Decision fields, from AllowN (and Reservation.Decision):
-//   - Limit is C, the size of the queue.
-//   - Remaining is the number of free places in the queue after the
-//     decision: how many more events Reserve or Wait could book now. It is
-//     not how many Allow would accept: Allow needs an empty queue.
-//   - RetryAfter is zero when the events may act at once. For a refused
-//     AllowN it is the time until the queue is empty (the events could then
-//     depart at once); for a refused Reserve, the time until n places are
-//     free. Either way, the same call made exactly RetryAfter later succeeds
-//     if nothing else books in between, and 1 ns earlier it is refused. For
-//     a granted Reserve it is the delay booked.
-//   - ResetAfter is the time until the queue is empty (at rest).
+// In a Decision, Limit is C; Remaining is the free places in the queue
+// after the decision (what Reserve could book now, not what Allow would
+// accept); RetryAfter is the delay booked, or for a refusal the exact wait
+// after which the same call succeeds if nothing else books (1 ns earlier
+// it is refused); ResetAfter is the time until the queue is empty.
 //
-// WaitN with a context deadline fails at once, consuming nothing, if the
-// booking's slot would start after the deadline (a *LimitError matching
-// ErrLimited and context.DeadlineExceeded, RetryAfter the wait the slot
-// needs), or if the queue lacks n free places (matching ErrLimited,
-// RetryAfter the time until they free; the error also matches
-// context.DeadlineExceeded, with RetryAfter the wait until the queue's end,
-// when the queue's last slot ends after the deadline, since then no retry
-// could succeed in time).
-//
-// Cancel, at or before the booking's time to act (the start of its first
-// slot), gives its places back when the booking is the tail of the queue:
-// every booking made after it has already been given back by its own
-// Cancel. The queue then ends where the booking began, so the next booking
-// takes its slots. Cancelling bookings in the reverse order of booking thus
-// gives every one back. A booking with a later booking still in the queue
-// cannot be given back without moving that booking off the slot it was
-// promised, or keeping state per booking: its slots stay in the queue,
-// empty (the output idles through them), and their places free as the
-// queue drains past them. The tail is told exactly at any rate, also when
-// slots are finer than the clock: the booking remembers where it left the
-// queue's end. Cancel after the time to act gives nothing back: the events
-// have acted.
-//
-// A clock that moves backwards never frees places: the queue is measured
-// from the new time back to the same end, so it looks fuller, and its end
-// moves only forwards, except by Cancel. A key is at rest when its queue is
-// empty (E <= now); the store may drop it then without changing any
-// decision. State per key: 16 bytes.
-//
-// A leaky bucket used as a meter (events that overflow the bucket are
-// dropped, nothing is queued or delayed) is the same function as the token
-// bucket: see TokenBucket. The two are related here too: without Cancel, a
-// LeakyBucket admits into its queue exactly the events that a TokenBucket of
-// the same rate and capacity allows (Reserve here succeeds when AllowN there
-// would), and differs only in when they act: the token bucket lets them act
-// at once, in bursts of up to C; the leaky bucket spaces them 1/r apart.
+// Cancel, at or before the time to act, gives the booking's places back
+// when it is the tail of the queue (every later booking given back
+// already), so cancels in reverse order of booking give every one back;
+// otherwise it gives nothing back and the slots stay in the queue, empty.
+// A clock that moves backwards never frees places. A key is at rest, and
+// may be dropped, when its queue is empty. State per key: 16 bytes.
+// docs/algorithms.md explains the choices and how it relates to
+// TokenBucket, the leaky bucket used as a meter.
 //
 // Build it with NewLeakyBucket. It is safe for concurrent use. Most callers
 // want Wait (to be shaped) or Allow (to drop what cannot go now).
