@@ -1,9 +1,6 @@
 package ratelimit
 
-import (
-	"fmt"
-	"time"
-)
+import "time"
 
 // FixedWindow is a fixed-window counter per key: at most L events in each
 // window of length W, for a rate of L per W. Windows are aligned to the
@@ -69,31 +66,6 @@ func NewFixedWindow(rate Rate, opts ...Option) (*FixedWindow, error) {
 		return nil, err
 	}
 	return &FixedWindow{k: k}, nil
-}
-
-// windowParams checks a rate for the window algorithms and returns its
-// limit L and window W in nanoseconds.
-func windowParams(rate Rate) (limit, window int64, err error) {
-	if err := rate.validate(); err != nil {
-		return 0, 0, err
-	}
-	if int64(int(rate.N)) != rate.N {
-		return 0, 0, fmt.Errorf("%w: limit %d does not fit in an int", ErrInvalidRate, rate.N)
-	}
-	if int64(rate.Period) > maxSpan {
-		return 0, 0, fmt.Errorf("%w: a window of %s is longer than a window may span (%s)", ErrInvalidRate, readable(int64(rate.Period)), maxSpanText)
-	}
-	return rate.N, int64(rate.Period), nil
-}
-
-// windowStart returns the start of the window of length w holding t:
-// t rounded down to a multiple of w, also for negative t.
-func windowStart(t, w int64) int64 {
-	m := t % w
-	if m < 0 {
-		m += w
-	}
-	return t - m
 }
 
 // Allow reports whether one event for key may happen now, and records it

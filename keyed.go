@@ -127,6 +127,9 @@ func (k *keyed[S, P, A]) WaitN(ctx context.Context, key string, n int) error {
 		deadline := maxWait != noMaxWait && r.decision.RetryAfter > time.Duration(maxWait)
 		return &LimitError{RetryAfter: r.decision.RetryAfter, Deadline: deadline}
 	}
+	if r.decision.RetryAfter == 0 {
+		return nil // due at the instant of booking: no second clock read
+	}
 	return sleepReservation(ctx, r)
 }
 
