@@ -104,7 +104,12 @@ func (p *lbParams) admit(s *lbState, now, n, maxWait int64) (b booked, ok bool) 
 	}
 	full := ftime{Ns: now + p.tau.Ns, Fr: p.tau.Fr}
 	delay := start.CeilNs() - now
-	end := p.iv.Add(start, n)
+	var end ftime
+	if n == 1 { // Allow's case, inlined
+		end = p.iv.Next(start)
+	} else {
+		end = p.iv.Add(start, n)
+	}
 	fits := end.NotAfter(full)
 	if !fits || (maxWait >= 0 && delay > maxWait) {
 		retry := delay // the slot is too late: report the wait it needs

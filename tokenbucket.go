@@ -113,7 +113,12 @@ func (p *tbParams) admit(s *tbState, now, n, maxWait int64) (b booked, ok bool) 
 	if base.Ns < now {
 		base = ftime{Ns: now}
 	}
-	next := p.iv.Add(base, n)
+	var next ftime
+	if n == 1 { // Allow's case, inlined
+		next = p.iv.Next(base)
+	} else {
+		next = p.iv.Add(base, n)
+	}
 	full := ftime{Ns: now + p.tau.Ns, Fr: p.tau.Fr} // TAT of an empty bucket
 	act := now
 	if !next.NotAfter(full) {

@@ -37,12 +37,18 @@ type Time struct {
 	Fr int64
 }
 
+// Next returns t + 1 interval: Add(t, 1), without its division, small
+// enough to be inlined into a decision.
+func (iv Interval) Next(t Time) Time {
+	t.Ns += iv.Q
+	return t.Carry(iv.R, iv.Den)
+}
+
 // Add returns t + k intervals. The caller keeps results within int64 (the
 // algorithms bound k by their capacity).
 func (iv Interval) Add(t Time, k int64) Time {
 	if k == 1 {
-		t.Ns += iv.Q
-		return t.Carry(iv.R, iv.Den)
+		return iv.Next(t)
 	}
 	hi, lo := bits.Mul64(uint64(iv.R), uint64(k))
 	quo, rem := bits.Div64(hi, lo, uint64(iv.Den)) // r < den, so hi < den

@@ -231,7 +231,7 @@ func (st *Store[S]) Take(key string, now int64, create bool) (h Handle[S], fresh
 	sh := &st.shards[hs&st.shardMask]
 	tag := tagOf(hs)
 	if sl, rel := sh.find(key, tag); sl != nil {
-		return Handle[S]{s: &sl.s, sl: sl, rel: rel}, false
+		return Handle[S]{sl: sl, rel: rel}, false
 	}
 	return st.takeSlow(sh, key, tag, now, create)
 }
@@ -239,14 +239,18 @@ func (st *Store[S]) Take(key string, now int64, create bool) (h Handle[S], fresh
 // Handle is a held key's state: a slot whose lock bit is held, or, for a
 // peek at an absent key, the scratch state of a shard whose mutex is held.
 type Handle[S any] struct {
-	s   *S
-	sl  *slot[S]
-	rel uint64 // the header Release stores
+	sl  *slot[S] // nil for a peek at an absent key
+	rel uint64   // the header Release stores
 	sh  *shard[S]
 }
 
 // State returns the key's state, valid until Release.
-func (h Handle[S]) State() *S { return h.s }
+func (h Handle[S]) State() *S {
+	if h.sl != nil {
+		return &h.sl.s
+	}
+	return &h.sh.peek
+}
 
 // Release lets go of the key's state.
 func (h Handle[S]) Release() {
@@ -318,18 +322,18 @@ func (st *Store[S]) takeSlow(sh *shard[S], key string, tag uint64, now int64, cr
 			sl := &t.slots[i]
 			w := sl.lockWait()
 			sh.mu.Unlock()
-			return Handle[S]{s: &sl.s, sl: sl, rel: w | refBit}, false
+			return Handle[S]{sl: sl, rel: w | refBit}, false
 		}
 	}
 	if !create {
 		var zero S
 		sh.peek = zero
 		st.init(&sh.peek, max(now, sh.restAt))
-		return Handle[S]{s: &sh.peek, sh: sh}, true
+		return Handle[S]{sh: sh}, true
 	}
 	sl, w := st.insert(sh, key, tag, now)
 	sh.mu.Unlock()
-	return Handle[S]{s: &sl.s, sl: sl, rel: w}, true
+	return Handle[S]{sl: sl, rel: w}, true
 }
 
 // index returns the slot holding key, or -1, and how many slots it looked
