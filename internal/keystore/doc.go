@@ -19,7 +19,9 @@
 //     blocking, no I/O, no user code, and no allocation, which would
 //     leave other calls on the key, and a table being rebuilt, waiting
 //     on the allocator. init and atRest run under the same lock and obey
-//     the same rule.
+//     the same rule. One caller breaks the last part today: the sliding
+//     log allocates a key's ring (8·L bytes) under it, once, on the key's
+//     first event.
 //  3. A key already held costs a hash, a probe and one compare-and-swap:
 //     no shared lock, no allocation. Readers probe the shard's current
 //     table with atomic loads and take the lock bit in the key's slot
