@@ -46,6 +46,7 @@ type fwState struct {
 	count int64 // events counted in it, booked ones included
 }
 
+// fwParams is a fixed window's parameters, immutable once built: L per W.
 type fwParams struct {
 	limit  int64
 	window int64

@@ -542,7 +542,6 @@ func lrSlidingCounter(rate Rate) lrScenario {
 		horizon: 2 * w,
 		pure: func() lrDriver {
 			a := &swcParams{limit: l, window: w}
-			a.lwHi, a.lwLo = bits.Mul64(uint64(l), uint64(w))
 			return lrPure{&stateStepper[swcState]{a: a, fresh: true}}
 		},
 		api: func(t *testing.T, clk *ManualClock) lrDriver {

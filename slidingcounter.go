@@ -64,11 +64,11 @@ type swcState struct {
 	cur   int64 // events counted in it, booked ones included
 }
 
+// swcParams is a sliding window counter's parameters, immutable once
+// built: L per W.
 type swcParams struct {
 	limit  int64
 	window int64
-	// lwHi, lwLo is L·W in 128 bits.
-	lwHi, lwLo uint64
 }
 
 // NewSlidingWindowCounter returns a sliding window counter of rate.N
@@ -81,7 +81,6 @@ func NewSlidingWindowCounter(rate Rate, opts ...Option) (*SlidingWindowCounter, 
 		return nil, err
 	}
 	alg := &swcParams{limit: limit, window: window}
-	alg.lwHi, alg.lwLo = bits.Mul64(uint64(limit), uint64(window))
 	k, err := newKeyed[swcState, swcParams](alg, int(limit), opts)
 	if err != nil {
 		return nil, err
@@ -120,16 +119,6 @@ func (p *swcParams) current(s *swcState, now int64) (start, prev, cur int64) {
 	default:
 		return windowStart(now, p.window), 0, 0
 	}
-}
-
-// fits reports whether prev·(W−e) + count·W <= L·W, for 0 <= e < W and
-// prev, count <= 2L.
-func (p *swcParams) fits(prev, e, count int64) bool {
-	h1, l1 := bits.Mul64(uint64(prev), uint64(p.window-e))
-	h2, l2 := bits.Mul64(uint64(count), uint64(p.window))
-	lo, c := bits.Add64(l1, l2, 0)
-	hi := h1 + h2 + c
-	return hi < p.lwHi || (hi == p.lwHi && lo <= p.lwLo)
 }
 
 // earliest returns the least e >= e0 such that prev·(W−e) + count·W <= L·W,

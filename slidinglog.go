@@ -50,6 +50,7 @@ type slState struct {
 	floor int64   // nothing conforms before floor: the newest dropped instant plus W
 }
 
+// slParams is a sliding log's parameters, immutable once built: L per W.
 type slParams struct {
 	limit  int64
 	window int64

@@ -59,7 +59,7 @@ func NewFixedWindow(client Client, rate ratelimit.Rate, opts ...Option) (*FixedW
 	return &FixedWindow{l}, nil
 }
 
-// fwScript mirrors the core's fwAlgo.step and unstep; st is the key's
+// fwScript mirrors the core's fwParams.admit and unstep; st is the key's
 // window start relative to now.
 const fwScript = `
 local W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[9])

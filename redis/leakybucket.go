@@ -68,7 +68,7 @@ func (a *lbAlgo) decision(r *reply, _ int64) ratelimit.Decision {
 	}
 }
 
-// lbScript mirrors the core's lbAlgo.step and unstep. Instants are ns
+// lbScript mirrors the core's lbParams.admit and unstep. Instants are ns
 // relative to now with a numerator over den (see luaPrelude).
 const lbScript = luaFraction + `
 -- The end of the queue; a missing key is an empty queue (end = now).

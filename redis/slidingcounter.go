@@ -82,7 +82,7 @@ local function remaining(s, prev, cur)
 end
 `
 
-// swcScript mirrors the core's swcAlgo.step and unstep; st is the key's
+// swcScript mirrors the core's swcParams.admit and unstep; st is the key's
 // window start relative to now, so now lies e = -st into it.
 const swcScript = `
 local W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[9])

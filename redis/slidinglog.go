@@ -61,7 +61,7 @@ func NewSlidingLog(client Client, rate ratelimit.Rate, opts ...Option) (*Sliding
 	return &SlidingLog{l}, nil
 }
 
-// slScript mirrors the core's slAlgo.step and unstep. KEYS[1] is the log,
+// slScript mirrors the core's slParams.admit and unstep. KEYS[1] is the log,
 // KEYS[2] the floor; instants are relative to now.
 const slScript = `
 local W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])

@@ -164,7 +164,7 @@ local function put(sn, sf)
 end
 `
 
-// tbScript mirrors the core's tbAlgo.step and unstep. Instants are ns
+// tbScript mirrors the core's tbParams.admit and unstep. Instants are ns
 // relative to now with a numerator over den (see luaPrelude).
 const tbScript = luaFraction + `
 
