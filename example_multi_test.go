@@ -17,7 +17,7 @@ func ExampleAllowAll() {
 	ctx := context.Background()
 
 	for _, user := range []string{"alice", "bob"} {
-		d, _ := ratelimit.AllowAll(ctx, 1, []ratelimit.Pair{{perUser, user}, {global, ""}}, nil)
+		d, _ := ratelimit.AllowAll(ctx, 1, []ratelimit.LimiterKey{{perUser, user}, {global, ""}})
 		left, _ := perUser.AllowN(ctx, user, 0)
 		fmt.Printf("%s: allowed=%v retry after %v; %s has %d of %d left\n",
 			user, d.Allowed, d.RetryAfter, user, left.Remaining, left.Limit)
@@ -44,10 +44,10 @@ func ExampleParseRules() {
 	ctx := context.Background()
 	alice := ratelimit.Subject{User: "alice"}
 	for range 2 {
-		d, _ := rules.Check(ctx, "POST /posts", alice, 1, nil)
+		d, _ := rules.Check(ctx, "POST /posts", alice, 1)
 		fmt.Printf("POST /posts: allowed=%v retry after %v\n", d.Allowed, d.RetryAfter)
 	}
-	for _, r := range rules.Limits("POST /friends") {
+	for _, r := range rules.For("POST /friends").Rules() {
 		fmt.Printf("%s: %d at once, full again after %v, %v\n", r.Name, r.Burst, r.Window(), r.Scope)
 	}
 	// Output:
