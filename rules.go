@@ -359,8 +359,14 @@ func (rs *Rules) For(class string) *RuleSet {
 	if s, ok := rs.classes[class]; ok {
 		return s
 	}
+	if rs.every == nil { // the zero Rules: no rules at all
+		return &noRules
+	}
 	return rs.every
 }
+
+// noRules is the empty set, for the zero Rules.
+var noRules RuleSet
 
 // Check is shorthand for rs.For(class).Check(ctx, who, n).
 func (rs *Rules) Check(ctx context.Context, class string, who Subject, n int) (MultiDecision, error) {

@@ -348,3 +348,15 @@ func TestRuleSet(t *testing.T) {
 		}
 	}
 }
+
+// The zero Rules has no rules: every class gets an empty set, which allows.
+func TestZeroRules(t *testing.T) {
+	var rs Rules
+	set := rs.For("GET /")
+	if set == nil || len(set.Rules()) != 0 {
+		t.Fatalf("For on the zero Rules: %v", set)
+	}
+	if d, err := rs.Check(context.Background(), "GET /", Subject{}, 1); err != nil || d.Decision != (Decision{Allowed: true}) || d.Len() != 0 {
+		t.Errorf("Check on the zero Rules: %+v, %v", d, err)
+	}
+}
