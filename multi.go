@@ -295,7 +295,7 @@ func (m *Multi) WaitN(ctx context.Context, key string, n int) error {
 	return waitAll(ctx, n, m.keys(key, &buf), m.clock)
 }
 
-// stackPairs is how many pairs AllowAll handles without allocating.
+// stackPairs is how many limits AllowAll handles without allocating.
 const stackPairs = 8
 
 // inMemory is what AllowAll needs from the limiters of this package: a
@@ -386,7 +386,7 @@ func validatePairs(n int, pairs []LimiterKey, bk []booking) error {
 	for i := range pairs {
 		l := pairs[i].Limiter
 		if l == nil {
-			return fmt.Errorf("%w: pair %d has no limiter", ErrInvalidOption, i)
+			return fmt.Errorf("%w: limit %d has no limiter", ErrInvalidOption, i)
 		}
 		m, _ := l.(inMemory)
 		bk[i] = booking{mem: m}
