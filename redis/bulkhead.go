@@ -238,7 +238,7 @@ func firstInt(v any) (int64, error) {
 // bhScript keeps a key's leases in a sorted set scored by expiry, in
 // server milliseconds. It answers {granted or released or extended (1/0),
 // leases held}.
-const bhScript = `
+var bhScript = script{body: `
 local id, lease, limit = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
 -- A lease taken at now expires at ceil(now) + lease (in ms), and has
 -- expired once floor(now) reaches that: it lasts at least lease, at most
@@ -273,4 +273,4 @@ elseif op == 'e' then
   return {1, held}
 end
 return {held, held}
-`
+`}

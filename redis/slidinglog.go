@@ -62,17 +62,14 @@ func NewSlidingLog(client Client, rate ratelimit.Rate, opts ...Option) (*Sliding
 }
 
 // slScript mirrors the core's slAlgo.step and unstep. KEYS[1] is the log,
-// KEYS[2] the floor; instants are relative to now.
-const slScript = `
-local W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local fkey = KEYS[2]
+// KEYS[2] the floor; instants are relative to now. Its replies are the
+// fixed window's; the cancel token is the booked instant. A log or floor
+// the script could not have written (of another type, more than L
+// entries, its newest entry or the floor further ahead than a booking
+// goes) is corrupt: the key starts afresh.
+var slScript = script{name: "sl", defs: `
+local W, L, hz, fkey, N, floor, newest
 local NONE = -2 * FAR -- no floor yet
-
-local N = redis.call('LLEN', key)
-local floor = NONE
-local fv = redis.call('GET', fkey)
-if fv then floor = rel(fv) end
-
 local function at(i) return rel(redis.call('LINDEX', key, i)) end
 -- after returns the index of the oldest instant later than t; N if none.
 local function after(t)
@@ -83,9 +80,6 @@ local function after(t)
   end
   return lo
 end
-local newest = NONE
-if N > 0 then newest = at(N - 1) end
-
 local function remaining(from)
   if from > 0 then return 0 end
   return L - (N - after(-W))
@@ -114,8 +108,33 @@ local function drop(k)
   redis.call('LTRIM', key, k, -1)
   N = N - k
 end
+-- valid reports whether the log and floor are what the script writes.
+local function valid(fv)
+  local e = redis.pcall('LINDEX', key, -1)
+  if type(e) == 'table' or N > L then return false end
+  if e and (not string.match(e, '^%-?%d+$') or rel(e) > hz) then return false end
+  if fv and (not string.match(fv, '^%-?%d+$') or rel(fv) > hz + W) then return false end
+  return true
+end
+`, body: `
+W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+fkey = KEYS[2]
+local corrupt = false
+N = redis.pcall('LLEN', key)
+local fv, wrong = get(fkey)
+if type(N) == 'table' or wrong or not valid(fv) then
+  redis.call('DEL', key, fkey)
+  corrupt, N, fv = true, 0, false
+end
+floor = NONE
+if fv then floor = rel(fv) end
+newest = NONE
+if N > 0 then newest = at(N - 1) end
+local status = 0
+if corrupt then status = 2 end
 
 if op == 'u' then
+  if corrupt then return 2 end
   local act = rel(ARGV[5])
   if act < 0 or N == 0 then return 0 end
   local m = redis.call('LREM', key, -n, ARGV[5])
@@ -128,14 +147,14 @@ if op == 'u' then
 end
 
 local from = math.max(0, floor, newest)
-if n == 0 then return {1, 1, remaining(from), 0, 0, reset(), 0, abs(0)} end
+if n == 0 then return {status + 1, 1, remaining(from), 0, 0, reset(), 0} end
 local act = from
 local j = N - (L - n) - 1
 if j >= 0 then act = math.max(act, at(j) + W) end
 local maxwait = tonumber(ARGV[5])
 if maxwait < 0 or maxwait > hz then maxwait = hz end
 if act > maxwait then
-  return {0, 0, remaining(from), 0, act, reset(), act, abs(act)}
+  return {status, 0, remaining(from), 0, act, reset(), act}
 end
 drop(after(-W))
 if N + n - L > 0 then drop(N + n - L) end
@@ -153,5 +172,8 @@ newest = act
 store()
 local allowed, rem = 0, 0
 if act == 0 then allowed, rem = 1, L - N end
-return {1, allowed, rem, 0, act, act + W, act, a}
-`
+if op == 'r' then
+  return {status + 1, allowed, rem, 0, act, act + W, act, a}
+end
+return {status + 1, allowed, rem, 0, act, act + W, act}
+`}

@@ -116,14 +116,13 @@ func (a *tbAlgo) decision(r *reply, n int64) ratelimit.Decision {
 	return d
 }
 
-// luaFraction reads the buckets' parameters, n intervals (nivn, nivf) and
-// the burst tolerance (taun, tauf) as ns plus a numerator over den, and
+// luaFraction declares the buckets' parameters, n intervals (nivn, nivf)
+// and the burst tolerance (taun, tauf) as ns plus a numerator over den, and
 // defines exact sums, differences, comparison and ceiling of such values,
 // and how the buckets read and write the one instant they keep per key.
+// luaFractionBegin reads the parameters of a call.
 const luaFraction = `
-local nivn, nivf = tonumber(ARGV[6]), tonumber(ARGV[7])
-local taun, tauf = tonumber(ARGV[8]), tonumber(ARGV[9])
-local den, hz = tonumber(ARGV[10]), tonumber(ARGV[11])
+local nivn, nivf, taun, tauf, den, hz, held
 
 local function add(a, af, b, bf)
   local s, f = a + b, af + bf
@@ -138,14 +137,22 @@ end
 local function le(a, af, b, bf) return a < b or (a == b and af <= bf) end
 local function ceil(a, af) if af > 0 then return a + 1 end return a end
 
--- The key's instant, relative to now, and whether the key holds one: a
--- missing or unreadable key reads as now (a full bucket, an empty queue).
-local held = false
+-- The key's instant, relative to now, and whether the key holds one. A
+-- missing key reads as now (a full bucket, an empty queue); so does a
+-- value the script could not have written (another program's, or one
+-- further ahead than the algorithm ever books), which is reported as
+-- corrupt and replaced.
 local function get_instant()
-  local v = redis.call('GET', key)
+  local v, wrong = get(key)
+  if wrong then held = true; return 0, 0, true end
   if v then
     local a, b = string.match(v, '^(%-?%d+) (%d+)$')
-    if a then held = true; return rel(a), tonumber(b) end
+    if a then
+      local r, f = rel(a), tonumber(b)
+      if f < den and r <= hz + taun + 1 then held = true; return r, f end
+    end
+    held = true
+    return 0, 0, true
   end
   return 0, 0
 end
@@ -161,20 +168,49 @@ local function put(sn, sf)
 end
 `
 
+const luaFractionBegin = `
+nivn, nivf = tonumber(ARGV[6]), tonumber(ARGV[7])
+taun, tauf = tonumber(ARGV[8]), tonumber(ARGV[9])
+den, hz = tonumber(ARGV[10]), tonumber(ARGV[11])
+held = false
+`
+
 // tbScript mirrors the core's tbAlgo.step and unstep. Instants are ns
 // relative to now with a numerator over den (see luaPrelude).
-const tbScript = luaFraction + `
-
--- The TAT; a missing key is a full bucket (TAT = now).
-local tn, tf = get_instant()
+//
+// A step ('s', or 'r' for a booking that may be cancelled) replies
+// {status, allowed, remNs, remFr, retryAfter, resetAfter, delay}, and a
+// booking also the cancel token "<act> <next ns> <next numerator>": the
+// booked instant and the TAT the booking left. status is 1 if the step
+// booked, plus 2 if the key held a value the script could not have written
+// (replaced: the key starts afresh).
+//
+// An unstep ('u', the token in ARGV[5]) gives back what no later booking
+// has claimed, if the booking is not yet due: with k the tokens booked
+// since (TAT - next, k intervals), n - min(k, n) tokens, so that
+// cancelling the latest booking restores the TAT it found.
+var tbScript = script{name: "tb", defs: luaFraction, body: luaFractionBegin + `
+local tn, tf, corrupt = get_instant()
+local status = 0
+if corrupt then status = 2 end
 
 if op == 'u' then
-  if held and rel(ARGV[5]) >= 0 then -- not yet due: give the tokens back
-    local sn, sf = sub(tn, tf, nivn, nivf)
-    put(sn, sf)
-    return 1
+  local a, xs, xf = string.match(ARGV[5], '^(%-?%d+) (%-?%d+) (%d+)$')
+  if corrupt then redis.call('DEL', key); return 2 end
+  if not held or rel(a) < 0 then return 0 end -- due: the tokens were spent
+  local xn = rel(xs)
+  xf = tonumber(xf)
+  local sn, sf
+  if le(tn, tf, xn, xf) then -- nothing booked since: all n back
+    sn, sf = sub(tn, tf, nivn, nivf)
+  else
+    local ln, lf = sub(tn, tf, xn, xf) -- k intervals booked since
+    if le(nivn, nivf, ln, lf) then return 0 end -- k >= n: nothing back
+    -- n - k back: TAT - (n - k) intervals
+    sn, sf = sub(tn, tf, sub(nivn, nivf, ln, lf))
   end
-  return 0
+  put(sn, sf)
+  return 1
 end
 
 local maxwait = tonumber(ARGV[5])
@@ -184,12 +220,16 @@ local xn, xf = add(tn, tf, nivn, nivf)
 local delay = 0
 if not le(xn, xf, taun, tauf) then delay = ceil(sub(xn, xf, taun, tauf)) end
 if delay > maxwait then
+  if corrupt then redis.call('DEL', key) end
   local rn, rf = sub(taun, tauf, tn, tf)
-  return {0, 0, rn, rf, delay, ceil(tn, tf), delay, abs(delay)}
+  return {status, 0, rn, rf, delay, ceil(tn, tf), delay}
 end
-if n > 0 then put(xn, xf) end
+if n > 0 then put(xn, xf) elseif corrupt then redis.call('DEL', key) end
 local rn, rf = sub(taun, tauf, xn, xf)
 local allowed = 0
 if delay == 0 then allowed = 1 end
-return {1, allowed, rn, rf, delay, ceil(xn, xf), delay, abs(delay)}
-`
+if op == 'r' then
+  return {status + 1, allowed, rn, rf, delay, ceil(xn, xf), delay, abs(delay) .. ' ' .. abs(xn) .. ' ' .. xf}
+end
+return {status + 1, allowed, rn, rf, delay, ceil(xn, xf), delay}
+`}
