@@ -92,6 +92,10 @@ func conformanceCases() []algoCase {
 		leakyBucketCase(ratelimit.PerDay(150), 150),
 		leakyBucketCase(ratelimit.PerSecond(1_000_000_007), 40),
 		leakyBucketCase(ratelimit.Per(1, 7*time.Nanosecond), 3),
+		// Numerators past 10^14, which Lua's number-to-string would print
+		// in exponent form.
+		tokenBucketCase(ratelimit.Per(1<<52-3, 30*24*time.Hour), 40),
+		leakyBucketCase(ratelimit.Per(1<<52-3, 30*24*time.Hour), 40),
 	}, extraCases...)
 }
 

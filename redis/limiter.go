@@ -41,25 +41,26 @@ type algorithm interface {
 }
 
 // reply is what every script's step returns:
-// {status, allowed, a, b, retryAfter, resetAfter, delay[, token]}.
+// {status, allowed, a, b, retryAfter, resetAfter[, token]}.
 // status is 1 if the step booked, plus 2 if the key held a corrupt value
 // (replaced); a and b are algorithm-specific (what Remaining is computed
-// from); the durations and delay are in ns; token, for bookings only,
+// from); the durations are in ns, and retryAfter is also the delay of a
+// booking; token, for bookings only,
 // is what Cancel sends back (the booked instant, and for the token bucket
 // the TAT the booking left).
 type reply struct {
 	ok, allowed, corrupt bool
 	a, b                 int64
-	retry, reset, delay  int64
+	retry, reset         int64
 	token                string
 }
 
 func parseReply(v any) (reply, error) {
 	vs, ok := v.([]any)
-	if !ok || len(vs) < 7 || len(vs) > 8 {
+	if !ok || len(vs) < 6 || len(vs) > 7 {
 		return reply{}, fmt.Errorf("unexpected script reply %#v", v)
 	}
-	var ns [7]int64
+	var ns [6]int64
 	for i := range ns {
 		x, ok := vs[i].(int64)
 		if !ok {
@@ -68,9 +69,9 @@ func parseReply(v any) (reply, error) {
 		ns[i] = x
 	}
 	r := reply{ok: ns[0]&1 == 1, corrupt: ns[0]&2 != 0, allowed: ns[1] == 1, a: ns[2], b: ns[3],
-		retry: ns[4], reset: ns[5], delay: ns[6]}
-	if len(vs) == 8 {
-		if r.token, ok = vs[7].(string); !ok {
+		retry: ns[4], reset: ns[5]}
+	if len(vs) == 7 {
+		if r.token, ok = vs[6].(string); !ok {
 			return reply{}, fmt.Errorf("unexpected script reply %#v", v)
 		}
 	}
@@ -350,9 +351,9 @@ func (l *limiter) reservation(key string, n int, r *reply, local int64) *ratelim
 	d := l.alg.decision(r, int64(n))
 	var act time.Time
 	if l.cfg.clockTime {
-		act = time.Unix(0, local+r.delay)
+		act = time.Unix(0, local+r.retry)
 	} else {
-		act = l.cfg.clock.Now().Add(time.Duration(r.delay))
+		act = l.cfg.clock.Now().Add(time.Duration(r.retry))
 	}
 	var cancel func(time.Time)
 	if r.ok && n > 0 {

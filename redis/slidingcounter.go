@@ -143,7 +143,7 @@ elseif -st >= W then
 end
 if n == 0 then
   if corrupt then redis.call('DEL', key) end
-  return {status + 1, 1, remaining(st, prev, cur), 0, 0, math.max(rest(st, prev, cur), 0), 0}
+  return {status + 1, 1, remaining(st, prev, cur), 0, 0, math.max(rest(st, prev, cur), 0)}
 end
 local e0 = math.max(-st, 0)
 local ns, np, nc, act
@@ -163,13 +163,13 @@ local maxwait = tonumber(ARGV[5])
 if maxwait < 0 or maxwait > hz then maxwait = hz end
 if act > maxwait then
   if corrupt then redis.call('DEL', key) end
-  return {status, 0, remaining(st, prev, cur), 0, act, math.max(rest(st, prev, cur), 0), act}
+  return {status, 0, remaining(st, prev, cur), 0, act, math.max(rest(st, prev, cur), 0)}
 end
 put(ns, np, nc)
 local allowed, rem = 0, 0
 if act == 0 then allowed, rem = 1, remaining(ns, np, nc) end
 if op == 'r' then
-  return {status + 1, allowed, rem, 0, act, math.max(rest(ns, np, nc), 0), act, abs(act)}
+  return {status + 1, allowed, rem, 0, act, math.max(rest(ns, np, nc), 0), abs(act)}
 end
-return {status + 1, allowed, rem, 0, act, math.max(rest(ns, np, nc), 0), act}
+return {status + 1, allowed, rem, 0, act, math.max(rest(ns, np, nc), 0)}
 `}

@@ -136,6 +136,12 @@ local function sub(a, af, b, bf)
 end
 local function le(a, af, b, bf) return a < b or (a == b and af <= bf) end
 local function ceil(a, af) if af > 0 then return a + 1 end return a end
+-- frac returns the numerator f as digits: Lua writes numbers of 15 digits
+-- or more in exponent form.
+local function frac(f)
+  if f < 100000000000000 then return f end
+  return string.format('%d', f)
+end
 
 -- The key's instant, relative to now, and whether the key holds one. A
 -- missing key reads as now (a full bucket, an empty queue); so does a
@@ -163,7 +169,7 @@ local function put(sn, sf)
   if le(sn, sf, 0, 0) then
     if held then redis.call('DEL', key) end
   else
-    put_until(key, abs(sn) .. ' ' .. sf, ceil(sn, sf))
+    put_until(key, abs(sn) .. ' ' .. frac(sf), ceil(sn, sf))
   end
 end
 `
@@ -179,7 +185,7 @@ held = false
 // relative to now with a numerator over den (see luaPrelude).
 //
 // A step ('s', or 'r' for a booking that may be cancelled) replies
-// {status, allowed, remNs, remFr, retryAfter, resetAfter, delay}, and a
+// {status, allowed, remNs, remFr, retryAfter (the delay), resetAfter}, and a
 // booking also the cancel token "<act> <next ns> <next numerator>": the
 // booked instant and the TAT the booking left. status is 1 if the step
 // booked, plus 2 if the key held a value the script could not have written
@@ -222,14 +228,14 @@ if not le(xn, xf, taun, tauf) then delay = ceil(sub(xn, xf, taun, tauf)) end
 if delay > maxwait then
   if corrupt then redis.call('DEL', key) end
   local rn, rf = sub(taun, tauf, tn, tf)
-  return {status, 0, rn, rf, delay, ceil(tn, tf), delay}
+  return {status, 0, rn, rf, delay, ceil(tn, tf)}
 end
 if n > 0 then put(xn, xf) elseif corrupt then redis.call('DEL', key) end
 local rn, rf = sub(taun, tauf, xn, xf)
 local allowed = 0
 if delay == 0 then allowed = 1 end
 if op == 'r' then
-  return {status + 1, allowed, rn, rf, delay, ceil(xn, xf), delay, abs(delay) .. ' ' .. abs(xn) .. ' ' .. xf}
+  return {status + 1, allowed, rn, rf, delay, ceil(xn, xf), abs(delay) .. ' ' .. abs(xn) .. ' ' .. frac(xf)}
 end
-return {status + 1, allowed, rn, rf, delay, ceil(xn, xf), delay}
+return {status + 1, allowed, rn, rf, delay, ceil(xn, xf)}
 `}
