@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
@@ -38,6 +39,9 @@ type algorithm interface {
 	args(dst []any, n, local int64) []any
 	// decision builds the Decision of a step's reply for n events.
 	decision(r *reply, n int64) ratelimit.Decision
+	// span is at least how long a key takes to come to rest, in ns: how
+	// long events booked on Redis may still count against the limit.
+	span() int64
 }
 
 // reply is what every script's step returns:
@@ -120,6 +124,11 @@ type limiter struct {
 	limit int
 	local ratelimit.Limiter // FailLocal only
 	deny  *denyCache        // nil: off
+	// recover is, under FailLocal, the local clock's Unix ns until which
+	// an event Redis allows must also conform locally: a span after the
+	// last failure, as Redis may have come back without the state (a
+	// restart, a failover to a replica that lagged).
+	recover *atomic.Int64
 }
 
 func newLimiter(client Client, src script, suffix []string, limit int, alg algorithm, cfg config,
@@ -128,7 +137,7 @@ func newLimiter(client Client, src script, suffix []string, limit int, alg algor
 	if err != nil {
 		return limiter{}, err
 	}
-	l := limiter{caller: c, alg: alg, limit: limit}
+	l := limiter{caller: c, alg: alg, limit: limit, recover: new(atomic.Int64)}
 	if cfg.policy == FailLocal {
 		opts := append(cfg.localOpts[:len(cfg.localOpts):len(cfg.localOpts)], ratelimit.WithClock(cfg.clock))
 		local, err := newLocal(opts...)
@@ -205,9 +214,27 @@ func (l *limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Deci
 			return d, nil
 		}
 	}
+	// Just after a failure, the local limiter must allow too.
+	var held *ratelimit.Reservation
+	if l.local != nil && n > 0 && l.cfg.clock.Now().UnixNano() < l.recover.Load() {
+		res, err := l.local.Reserve(ctx, key, n)
+		if err != nil {
+			return ratelimit.Decision{}, err
+		}
+		if !res.OK() || res.Delay() > 0 {
+			res.Cancel()
+			d := res.Decision()
+			d.Allowed = false
+			return d, nil
+		}
+		held = res
+	}
 	r, _, err := l.step(ctx, key, n, 0, "s")
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
+			if held != nil {
+				held.Cancel()
+			}
 			return ratelimit.Decision{}, cerr
 		}
 		l.fail(key, err)
@@ -217,10 +244,16 @@ func (l *limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Deci
 		case FailClosed:
 			return ratelimit.Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
+		if held != nil {
+			return held.Decision(), nil
+		}
 		return l.local.AllowN(ctx, key, n)
 	}
 	d := l.alg.decision(&r, int64(n))
-	if l.local != nil && r.ok && n > 0 {
+	switch {
+	case held != nil && !r.ok:
+		held.Cancel()
+	case held == nil && l.local != nil && r.ok && n > 0:
 		l.mirror(key, n)
 	}
 	if l.deny != nil && !d.Allowed && n > 0 {
@@ -235,6 +268,12 @@ func (l *limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Deci
 // more than its limit across the failover. The local limiter books them
 // even if it would not allow them now (it never refuses what Redis
 // booked). It returns the local booking.
+//
+// For a span after a failure (as long as a key takes to come to rest),
+// AllowN also asks the local limiter first and allows only what both
+// allow: a Redis that came back without its state (restarted without
+// persistence, or a replica promoted before it had the latest writes)
+// would otherwise give this instance a full allowance again.
 func (l *limiter) mirror(key string, n int) *ratelimit.Reservation {
 	res, err := l.local.Reserve(context.Background(), key, n)
 	if err != nil || !res.OK() {
@@ -472,6 +511,21 @@ func (l *caller) corrupted(key string) {
 	if l.cfg.onError != nil {
 		l.cfg.onError(key, ErrCorruptState)
 	}
+}
+
+// fail reports a failed call to the OnError hook and, under FailLocal,
+// starts or extends the recovery span.
+func (l *limiter) fail(key string, err error) {
+	if l.local != nil {
+		until := l.cfg.clock.Now().UnixNano() + l.alg.span()
+		for {
+			old := l.recover.Load()
+			if old >= until || l.recover.CompareAndSwap(old, until) {
+				break
+			}
+		}
+	}
+	l.caller.fail(key, err)
 }
 
 // fail reports a failed call to the OnError hook.

@@ -239,3 +239,6 @@ if op == 'r' then
 end
 return {status + 1, allowed, rn, rf, delay, ceil(xn, xf)}
 `}
+
+// span is capacity intervals plus 1 ns: a bucket refills within it.
+func (a *tbAlgo) span() int64 { return a.tauNs + 1 }

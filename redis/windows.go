@@ -75,3 +75,7 @@ func (a *windowAlgo) decision(r *reply, _ int64) ratelimit.Decision {
 		ResetAfter: time.Duration(r.reset),
 	}
 }
+
+// span is two windows: the sliding window counter's previous window weighs
+// for one more window; the others come to rest within one.
+func (a *windowAlgo) span() int64 { return 2 * a.window }
