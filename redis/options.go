@@ -2,6 +2,7 @@ package redis
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
@@ -87,6 +88,11 @@ func newConfig(opts []Option) (config, error) {
 		return c, fmt.Errorf("%w: nil clock", ratelimit.ErrInvalidOption)
 	case c.denyKeys < 0:
 		return c, fmt.Errorf("%w: deny-cache size must not be negative, got %d", ratelimit.ErrInvalidOption, c.denyKeys)
+	case strings.ContainsAny(c.prefix, "{}"):
+		// Redis Cluster hashes the first {…} of a key: braces in the
+		// prefix would put every key in one slot ("tenant{42}:"), or
+		// split one decision's keys over slots ("x{}:"), failing it.
+		return c, fmt.Errorf("%w: prefix %q holds a brace, which would take over the keys' Redis Cluster hash tag", ratelimit.ErrInvalidOption, c.prefix)
 	case c.poll <= 0:
 		return c, fmt.Errorf("%w: poll interval must be positive, got %v", ratelimit.ErrInvalidOption, c.poll)
 	}
@@ -96,7 +102,10 @@ func newConfig(opts []Option) (config, error) {
 // WithPrefix sets the prefix of every Redis key the limiter writes
 // (default "ratelimit:"). Limiters with different parameters must not share
 // a prefix: they would read each other's state. Keys of different
-// algorithms never collide, as each algorithm adds its own suffix.
+// algorithms never collide, as each algorithm adds its own suffix. The
+// prefix must not hold '{' or '}': the key's hash tag follows it (see the
+// package doc), and the constructors refuse such a prefix with an error
+// matching ratelimit.ErrInvalidOption.
 func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
 // WithTimeout bounds each call to Redis (default 100 ms); past it the
