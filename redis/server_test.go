@@ -231,7 +231,22 @@ func (s *testServer) restart(t testing.TB) {
 
 // pause stops the server process (SIGSTOP): connections stay open and
 // nothing answers, as with a server that hangs. resume continues it.
-func (s *testServer) pause()  { s.cmd.Process.Signal(syscall.SIGSTOP) }
+func (s *testServer) pause() {
+	s.cmd.Process.Signal(syscall.SIGSTOP)
+	// The signal is delivered asynchronously: wait (up to a second) until
+	// the process is seen stopped, so that no request sent after pause is
+	// answered. Where /proc cannot tell, go on at once.
+	stat := "/proc/" + strconv.Itoa(s.cmd.Process.Pid) + "/stat"
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			return
+		}
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't') {
+			return
+		}
+	}
+}
 func (s *testServer) resume() { s.cmd.Process.Signal(syscall.SIGCONT) }
 
 // newClient returns a client of addr closed at the test's end.
