@@ -16,9 +16,10 @@ import (
 // its logged events, oldest first, as decimal Unix nanoseconds (one entry
 // per event: memory O(L) per key, about 20 bytes an event), and the
 // instant before which nothing conforms (the newest instant dropped from
-// the log plus W). A decision reads O(log L) entries of the list; both keys
-// expire at most 2 ms after the key is at rest (every instant has left the
-// window).
+// the log plus W). A decision reads the first 16 entries of the list at
+// once (all of a short log), and O(log L) more of a long one; the log
+// expires at most 2 ms after the key is at rest (every instant has left
+// the window), the floor, written only when it moves, once it has passed.
 //
 // Limits beyond the in-memory type's: W at most 35 days, and bookings
 // (Reserve, Wait) at most 30 days ahead; a later booking is refused (the
@@ -68,9 +69,16 @@ func NewSlidingLog(client Client, rate ratelimit.Rate, opts ...Option) (*Sliding
 // entries, its newest entry or the floor further ahead than a booking
 // goes) is corrupt: the key starts afresh.
 var slScript = script{name: "sl", defs: `
-local W, L, hz, fkey, N, floor, newest
+local W, L, hz, fkey, N, floor, floor0, newest, head, hoff
 local NONE = -2 * FAR -- no floor yet
-local function at(i) return rel(redis.call('LINDEX', key, i)) end
+local HEAD = 16 -- entries read at once from the start of the log
+-- at returns the log's i-th instant (0 the oldest), from the entries read
+-- at the start of the call where it can.
+local function at(i)
+  local j = i + hoff
+  if j < #head then return head[j + 1] end
+  return rel(redis.call('LINDEX', key, i))
+end
 -- after returns the index of the oldest instant later than t; N if none.
 local function after(t)
   local lo, hi = 0, N
@@ -90,7 +98,9 @@ local function reset()
   if t <= 0 then return 0 end
   return t
 end
--- store sets both keys to expire when the log is at rest, or deletes them.
+-- store sets the log to expire when it is at rest, or deletes both keys
+-- then; the floor is written only when it moved, to expire once passed
+-- (a floor in the past counts for nothing).
 local function store()
   local r = reset()
   if r == 0 then
@@ -98,7 +108,7 @@ local function store()
     return
   end
   if N > 0 then expire(key, r) end
-  if floor > NONE then put_until(fkey, abs(floor), r) end
+  if floor > floor0 and floor > 0 then put_until(fkey, abs(floor), floor) end
 end
 -- drop removes the k oldest instants and raises floor to when the newest
 -- of them leaves the window.
@@ -107,29 +117,52 @@ local function drop(k)
   floor = math.max(floor, at(k - 1) + W)
   redis.call('LTRIM', key, k, -1)
   N = N - k
+  hoff = hoff + k
 end
--- valid reports whether the log and floor are what the script writes.
-local function valid(fv)
-  local e = redis.pcall('LINDEX', key, -1)
-  if type(e) == 'table' or N > L then return false end
-  if e and (not string.match(e, '^%-?%d+$') or rel(e) > hz) then return false end
-  if fv and (not string.match(fv, '^%-?%d+$') or rel(fv) > hz + W) then return false end
+-- load reads the start of the log (all of it, if short), its length and
+-- newest instant, and the floor; it reports false if they are not what
+-- the script writes: of another type, more than L instants, text, or
+-- further ahead than a booking goes.
+local function load()
+  head, hoff = redis.pcall('LRANGE', key, 0, HEAD - 1), 0
+  if head.err then return false end
+  for i = 1, #head do
+    if not string.match(head[i], '^%-?%d+$') then return false end
+    head[i] = rel(head[i])
+  end
+  N = #head
+  if N == HEAD then N = redis.call('LLEN', key) end
+  if N > L then return false end
+  newest = NONE
+  if N > 0 then
+    if N <= HEAD then
+      newest = head[N]
+    else
+      local e = redis.call('LINDEX', key, -1)
+      if not string.match(e, '^%-?%d+$') then return false end
+      newest = rel(e)
+    end
+    if newest > hz then return false end
+  end
+  local fv, wrong = get(fkey)
+  if wrong then return false end
+  floor = NONE
+  if fv then
+    if not string.match(fv, '^%-?%d+$') then return false end
+    floor = rel(fv)
+    if floor > hz + W then return false end
+  end
+  floor0 = floor
   return true
 end
 `, body: `
 W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 fkey = KEYS[2]
 local corrupt = false
-N = redis.pcall('LLEN', key)
-local fv, wrong = get(fkey)
-if type(N) == 'table' or wrong or not valid(fv) then
+if not load() then
   redis.call('DEL', key, fkey)
-  corrupt, N, fv = true, 0, false
+  corrupt, N, head, hoff, newest, floor, floor0 = true, 0, {}, 0, NONE, NONE, NONE
 end
-floor = NONE
-if fv then floor = rel(fv) end
-newest = NONE
-if N > 0 then newest = at(N - 1) end
 local status = 0
 if corrupt then status = 2 end
 
@@ -139,7 +172,7 @@ if op == 'u' then
   if act < 0 or N == 0 then return 0 end
   local m = redis.call('LREM', key, -n, ARGV[5])
   if m == 0 then return 0 end
-  N = N - m
+  N, head, hoff = N - m, {}, 0
   newest = NONE
   if N > 0 then newest = at(N - 1) end
   store()
