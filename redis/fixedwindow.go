@@ -49,7 +49,7 @@ func NewFixedWindow(client Client, rate ratelimit.Rate, opts ...Option) (*FixedW
 	if err != nil {
 		return nil, err
 	}
-	a := &windowAlgo{limit: rate.N, window: int64(rate.Period), horizon: int64(maxSpan), aligned: true}
+	a := newWindowAlgo(rate.N, int64(rate.Period), int64(maxSpan), true)
 	l, err := newLimiter(client, fwScript, []string{":fw"}, int(rate.N), a, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
 		return ratelimit.NewFixedWindow(rate, o...)
 	})

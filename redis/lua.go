@@ -79,16 +79,17 @@ local function begin(keys, argv)
   end
 end
 
--- rel returns the stored instant str relative to now, in ns. Instants more
+-- rel returns the stored instant str relative to now, in ns (relsn that of
+-- s seconds and ns nanoseconds). Instants more
 -- than 9e6 s (104 days) away are clamped to -FAR or FAR: the algorithms'
 -- spans and booking horizon keep every live instant well inside.
-local function rel(str)
-  local s, ns = split(str)
+local function relsn(s, ns)
   local ds = s - now_s
   if ds < -9000000 then return -FAR end
   if ds > 9000000 then return FAR end
   return ds * E9 + (ns - now_ns)
 end
+local function rel(str) return relsn(split(str)) end
 
 -- abs returns the instant r ns after now as a decimal string of Unix ns.
 local function abs(r)

@@ -46,7 +46,7 @@ func NewSlidingWindowCounter(client Client, rate ratelimit.Rate, opts ...Option)
 	if err != nil {
 		return nil, err
 	}
-	a := &windowAlgo{limit: rate.N, window: int64(rate.Period), horizon: int64(horizon), aligned: true}
+	a := newWindowAlgo(rate.N, int64(rate.Period), int64(horizon), true)
 	l, err := newLimiter(client, swcScript, []string{":swc"}, int(rate.N), a, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
 		return ratelimit.NewSlidingWindowCounter(rate, o...)
 	})

@@ -52,7 +52,7 @@ func NewSlidingLog(client Client, rate ratelimit.Rate, opts ...Option) (*Sliding
 	if err != nil {
 		return nil, err
 	}
-	a := &windowAlgo{limit: rate.N, window: int64(rate.Period), horizon: int64(horizon)}
+	a := newWindowAlgo(rate.N, int64(rate.Period), int64(horizon), false)
 	l, err := newLimiter(client, slScript, []string{":sl", ":slf"}, int(rate.N), a, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
 		return ratelimit.NewSlidingLog(rate, o...)
 	})

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
@@ -49,6 +50,9 @@ type tbAlgo struct {
 	capacity int64
 	tauNs    int64 // C intervals: the burst tolerance
 	tauFr    int64
+	// The script's arguments, boxed once: one interval, and the
+	// constant parameters (see luaFractionBegin).
+	niv1, params any
 }
 
 // NewTokenBucket returns a token bucket per key on Redis, of the given
@@ -90,6 +94,9 @@ func newTBAlgo(rate ratelimit.Rate, capacity int) (*tbAlgo, error) {
 		return nil, fmt.Errorf("%w: capacity %d at %v spans more than %v, the redis backend's bound", ratelimit.ErrInvalidCapacity, capacity, rate, maxSpan)
 	}
 	a.tauNs, a.tauFr = iv.times(a.capacity)
+	nivNs, nivFr := iv.times(1)
+	a.niv1 = fmt.Sprintf("%d %d", nivNs, nivFr)
+	a.params = fmt.Sprintf("%d %d %d %d", a.tauNs, a.tauFr, iv.den, int64(horizon))
 	if a.tauNs >= int64(maxSpan) && (a.tauNs > int64(maxSpan) || a.tauFr > 0) {
 		return nil, fmt.Errorf("%w: capacity %d at %v spans more than %v, the redis backend's bound", ratelimit.ErrInvalidCapacity, capacity, rate, maxSpan)
 	}
@@ -97,8 +104,11 @@ func newTBAlgo(rate ratelimit.Rate, capacity int) (*tbAlgo, error) {
 }
 
 func (a *tbAlgo) args(dst []any, n, _ int64) []any {
+	if n == 1 {
+		return append(dst, a.niv1, a.params)
+	}
 	nivNs, nivFr := a.iv.times(n)
-	return append(dst, nivNs, nivFr, a.tauNs, a.tauFr, a.iv.den, int64(horizon))
+	return append(dst, strconv.FormatInt(nivNs, 10)+" "+strconv.FormatInt(nivFr, 10), a.params)
 }
 
 // decision reads {ok, allowed, remNs, remFr, ...}: rem is the span of the
@@ -123,6 +133,7 @@ func (a *tbAlgo) decision(r *reply, n int64) ratelimit.Decision {
 // luaFractionBegin reads the parameters of a call.
 const luaFraction = `
 local nivn, nivf, taun, tauf, den, hz, held
+local niv_s, par_s -- the arguments nivn... and taun... were last read from
 
 local function add(a, af, b, bf)
   local s, f = a + b, af + bf
@@ -152,9 +163,19 @@ local function get_instant()
   local v, wrong = get(key)
   if wrong then held = true; return 0, 0, true end
   if v then
-    local a, b = string.match(v, '^(%-?%d+) (%d+)$')
-    if a then
-      local r, f = rel(a), tonumber(b)
+    -- The common case, an instant after 1970-01-01T00:00:01, is split by
+    -- the pattern itself.
+    local r
+    local s, ns, b = string.match(v, '^(%d+)(%d%d%d%d%d%d%d%d%d) (%d+)$')
+    if s then
+      r = relsn(tonumber(s), tonumber(ns))
+    else
+      local a
+      a, b = string.match(v, '^(%-?%d+) (%d+)$')
+      if a then r = rel(a) end
+    end
+    if r then
+      local f = tonumber(b)
       if f < den and r <= hz + taun + 1 then held = true; return r, f end
     end
     held = true
@@ -174,10 +195,21 @@ local function put(sn, sf)
 end
 `
 
+//
+// The parameters come as two arguments, "nivn nivf" and "taun tauf den
+// hz", the second constant for a limiter and the first for a given n: in
+// a library (see library), the values read from the last call's are kept,
+// and read again only when the argument differs (Lua compares strings by
+// reference).
 const luaFractionBegin = `
-nivn, nivf = tonumber(ARGV[6]), tonumber(ARGV[7])
-taun, tauf = tonumber(ARGV[8]), tonumber(ARGV[9])
-den, hz = tonumber(ARGV[10]), tonumber(ARGV[11])
+if ARGV[6] ~= niv_s then
+  local a, b = string.match(ARGV[6], '^(%d+) (%d+)$')
+  nivn, nivf, niv_s = tonumber(a), tonumber(b), ARGV[6]
+end
+if ARGV[7] ~= par_s then
+  local a, b, c, d = string.match(ARGV[7], '^(%d+) (%d+) (%d+) (%d+)$')
+  taun, tauf, den, hz, par_s = tonumber(a), tonumber(b), tonumber(c), tonumber(d), ARGV[7]
+end
 held = false
 `
 

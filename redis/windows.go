@@ -56,14 +56,21 @@ end
 type windowAlgo struct {
 	limit, window, horizon int64
 	aligned                bool
+	boxed                  struct{ window, limit, horizon any } // boxed once
+}
+
+func newWindowAlgo(limit, window, horizon int64, aligned bool) *windowAlgo {
+	a := &windowAlgo{limit: limit, window: window, horizon: horizon, aligned: aligned}
+	a.boxed.window, a.boxed.limit, a.boxed.horizon = window, limit, horizon
+	return a
 }
 
 func (a *windowAlgo) args(dst []any, _, local int64) []any {
-	dst = append(dst, a.window, a.limit)
+	dst = append(dst, a.boxed.window, a.boxed.limit)
 	if a.aligned {
 		dst = append(dst, strconv.FormatInt(windowStart(local, a.window), 10))
 	}
-	return append(dst, a.horizon)
+	return append(dst, a.boxed.horizon)
 }
 
 func (a *windowAlgo) decision(r *reply, _ int64) ratelimit.Decision {
