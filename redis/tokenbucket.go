@@ -195,7 +195,6 @@ local function put(sn, sf)
 end
 `
 
-//
 // The parameters come as two arguments, "nivn nivf" and "taun tauf den
 // hz", the second constant for a limiter and the first for a given n: in
 // a library (see library), the values read from the last call's are kept,
