@@ -2,15 +2,27 @@
 MODULES := $(shell find . -name go.mod -not -path './.git/*' -exec dirname {} \; | sort)
 GO ?= go
 
-.PHONY: demo test lint fmtcheck vet bench bench-redis bench-profile fuzz
+.PHONY: demo svg test lint fmtcheck vet bench bench-redis bench-profile fuzz
 
-## demo: show the limiters at work on a readable timeline.
+## demo: the limiters at work: a token bucket, the five algorithms side by
+## side, an HTTP API behind rules and an HTTP client within a server's
+## limits. Every line fits 80 columns: a longer one fails the demo (the
+## examples' own tests check it too).
+DEMOS := tokenbucket algorithms httpserver httpclient
+demo: SHELL := /bin/bash
+demo: .SHELLFLAGS := -e -o pipefail -c
 demo:
-	$(GO) run ./examples/tokenbucket
-	@echo
-	$(GO) run ./examples/algorithms
-	@echo
-	$(GO) run ./examples/httpserver
+	@for ex in $(DEMOS); do \
+		echo "== go run ./examples/$$ex"; \
+		$(GO) run ./examples/$$ex | LC_ALL=C awk '{ print; s = $$0; gsub(/[\200-\277]/, "", s); \
+			if (length(s) > 80) n++ } END { if (n) { print n " lines over 80 columns" > "/dev/stderr"; exit 1 } }'; \
+		echo; \
+	done
+
+## svg: redraw docs/algorithms.svg, the five algorithms on one trace, from
+## examples/algorithms (its test fails when the committed file differs).
+svg:
+	$(GO) run ./examples/algorithms -svg docs/algorithms.svg
 
 ## test: formatting, vet, a build of every package (examples too) and every
 ## test of every module, with the race detector; go test also runs each fuzz
@@ -35,27 +47,35 @@ lint: vet
 
 ## bench: our limiters and the peers side by side (the benchmarks/ module):
 ## COUNT samples of each benchmark, BENCHTIME each, then a benchstat summary
-## and the ratios against x/time/rate with issue 7's targets. The raw output
-## goes to BENCHRAW (ignored by git). The samples are taken in COUNT rounds
-## of the whole suite (-count 1 each) rather than with -count COUNT, which
-## repeats each benchmark back to back: on a shared machine a burst of load
-## then falls on every implementation alike, not on one. A full run takes
-## about 10 minutes on an idle 2-core machine (18 under a load of 8); while
-## developing: make bench COUNT=1 BENCHTIME=200ms
+## and the ratios against x/time/rate. The raw output goes to BENCHRAW
+## (ignored by git). The samples are taken in COUNT rounds of the whole
+## suite (-count 1 each) rather than with -count COUNT, which repeats each
+## benchmark back to back: on a shared machine a burst of load then falls
+## on every implementation alike, not on one. A single round (COUNT=1)
+## gives one sample, which can be off by 2x on a shared machine: the bench
+## warns, and its ratios are not worth quoting. A full run takes about 10
+## minutes on an idle 2-core machine (18 under a load of 8); while
+## developing: make bench COUNT=3 BENCHTIME=200ms
 ## The memory flood runs MEMCOUNT times (default 1: its bytes per key do not
-## change from run to run) with -benchtime 1x, each run a whole flood.
-## A subset: make bench BENCH='OneKey/path=allow' MEMBENCH=  (an empty
-## MEMBENCH skips the memory flood). BenchmarkRedis is left to make bench-redis.
+## change from run to run) with -benchtime 1x, each run a whole flood. When
+## BENCH narrows the run, the flood is left out unless MEMBENCH asks for it:
+## make bench BENCH='OneKey/path=allow'                      (no flood)
+## make bench BENCH=Keys MEMBENCH='^BenchmarkMemory$$'       (with it)
+## BenchmarkRedis is left to make bench-redis. RATIOSFLAGS=-targets adds
+## the project's performance targets to the ratios, checked on the run.
 ## A CPU profile of one row: make bench-profile PROFILE='OneKey/path=allow/impl=ours-tokenbucket/run=serial'
 COUNT ?= 6
 BENCHTIME ?= 300ms
 BENCH ?= .
-MEMBENCH ?= ^BenchmarkMemory$$
+MEMBENCH ?= $(if $(filter .,$(BENCH)),^BenchmarkMemory$$,)
 MEMCOUNT ?= 1
 BENCHRAW ?= bench.txt
+RATIOSFLAGS ?=
+BENCHWARN = if [ '$(COUNT)' -lt 2 ]; then echo "warning: COUNT=$(COUNT): one sample per benchmark gives no spread, and on a shared machine one sample can be off by 2x: do not quote these ratios (COUNT=3 or more)" >&2; fi
 bench: SHELL := /bin/bash
 bench: .SHELLFLAGS := -e -o pipefail -c
 bench:
+	@$(BENCHWARN)
 	cd benchmarks && $(GO) test -c -o ../benchmarks.test .
 	: > $(BENCHRAW)
 	for i in $$(seq $(COUNT)); do \
@@ -68,7 +88,8 @@ bench:
 	@echo; echo "== benchstat $(BENCHRAW)"
 	cd benchmarks && $(GO) tool benchstat ../$(BENCHRAW)
 	@echo; echo "== ratios against x/time/rate, same run"
-	cd benchmarks && $(GO) run ./cmd/ratios ../$(BENCHRAW)
+	cd benchmarks && $(GO) run ./cmd/ratios $(RATIOSFLAGS) ../$(BENCHRAW)
+	@$(BENCHWARN)
 
 ## bench-redis: the redis backend's five limiters, a second independent
 ## instance of its token bucket (the control row: the harness's noise) and

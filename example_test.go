@@ -75,7 +75,7 @@ func ExampleParseRate() {
 	// ratelimit: invalid rate "ten/s": count "ten" is not an integer
 }
 
-// The README's quick start: a limit per client IP in a handler (here on a
+// A limit per client IP in a plain handler, without httplimit (here on a
 // manual clock, so that no token comes back while the burst runs).
 func ExampleTokenBucket_perIP() {
 	clock := ratelimit.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))

@@ -128,8 +128,8 @@ type floodResult struct {
 }
 
 // floodBytesPerKey bounds the store's memory per key held, documented in
-// the README: a slot of the table (tag, key offset, a 16-byte state: 24 B)
-// at the lowest load a table has after growing (0.55: 44 B), plus the key's
+// docs/security.md: a slot of the table (tag, key offset, a 16-byte state:
+// 24 B) at the lowest load a table has after growing (0.55: 44 B), plus the key's
 // bytes in the shard's arena (12 B for these keys), which at the cap holds
 // up to as many dead bytes as live ones before it is rebuilt, with the
 // slice's growth slack (up to 30 B). About 60 B measured.

@@ -66,6 +66,33 @@ func BenchmarkMiddleware(b *testing.B) {
 		h := RulesMiddleware(rules, WithUser(ByUser(userHeader)), WithClass(func(*http.Request) string { return "POST /posts" }))(bareHandler)
 		benchServe(b, h, "192.0.2.1:1234")
 	})
+	// The same rules, the class found by matching the rule patterns
+	// against the request (as benchServe sends it: GET /, so the "*" rule
+	// alone), and against a request of the rules' own class.
+	b.Run("rules/3/patterns", func(b *testing.B) {
+		rules, err := ratelimit.ParseRules(`
+			POST /posts: 1000000000/s per user
+			POST /posts: 1000000000/s per ip as ip
+			GET /items/{id}: 1000000000/s per ip as items
+			*:           1000000000/s global
+		`)
+		if err != nil {
+			b.Fatal(err)
+		}
+		h := RulesMiddleware(rules, WithUser(ByUser(userHeader)))(bareHandler)
+		for _, path := range []string{"/", "/items/7", "/other/path"} {
+			b.Run(path, func(b *testing.B) {
+				r := httptest.NewRequest("GET", path, nil)
+				r.RemoteAddr = "192.0.2.1:1234"
+				w := &benchWriter{h: http.Header{}}
+				b.ReportAllocs()
+				for b.Loop() {
+					clear(w.h)
+					h.ServeHTTP(w, r)
+				}
+			})
+		}
+	})
 }
 
 // The middleware's allowed path allocates only the headers it writes: one

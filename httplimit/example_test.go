@@ -15,7 +15,8 @@ func ExampleMiddleware() {
 	clock := ratelimit.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	lim, _ := ratelimit.NewTokenBucket(ratelimit.PerSecond(2), 2, ratelimit.WithClock(clock))
 	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
-	h := httplimit.Middleware(lim, httplimit.WithPolicy("api", time.Second))(hello)
+	// The policy's window, w=1, is the limiter's: 2 tokens at 2 a second.
+	h := httplimit.Middleware(lim, httplimit.WithPolicy("api", 0))(hello)
 
 	for range 3 {
 		r := httptest.NewRequest("GET", "/", nil)

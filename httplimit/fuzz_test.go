@@ -113,7 +113,8 @@ func checkKeyForm(t *testing.T, key string, cfg IPConfig) {
 // RemoteAddr is not an address; without trusted proxies, and from a peer
 // that is not a trusted proxy, the key is the peer's whatever the headers
 // say; from a trusted proxy, a canonical key of the configured prefix
-// length; IPv6 addresses are grouped by their prefix.
+// length, the one the reference reading of the whole chain gives; IPv6
+// addresses are grouped by their prefix.
 func FuzzClientIP(f *testing.F) {
 	for _, s := range []struct {
 		remote, h1, h2 string
@@ -177,6 +178,9 @@ func FuzzClientIP(f *testing.F) {
 		if !ok {
 			return
 		}
+		// Read from the right, the chain gives what the reference reading
+		// of all of it gives.
+		checkReference(t, byTrusted, trusted, fuzzIsTrusted, r)
 		// Grouping: an address differing only beyond the prefix shares the
 		// key; one differing within it does not.
 		a := peer.Unmap().WithZone("")
@@ -209,7 +213,8 @@ func FuzzClientIP(f *testing.F) {
 
 // FuzzForwardedChain: a client behind trusted proxies sends whatever it
 // likes in the forwarded header (junk), then the proxies add the truth: the
-// client's address C, then their own. Whatever the junk, the key is C's:
+// client's address C, then their own. The key is the one the reference
+// reading of the whole chain gives; and whatever the junk, it is C's:
 // everything left of the first address no trusted proxy vouches for is the
 // client's to invent. When a proxy appends to the client's own Forwarded
 // line (RFC 7239 allows it), a malformed line may also make the key the
@@ -299,6 +304,7 @@ func FuzzForwardedChain(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		checkReference(t, kf, cfg, fuzzIsTrusted, r)
 		key, err := kf(r)
 		if err != nil {
 			t.Fatal(err)

@@ -33,6 +33,19 @@ type KeyFunc func(r *http.Request) (string, error)
 // trusted proxy appends the address it received the request from, so
 // that address is the first one no trusted party vouches for beyond it;
 // everything to its left is the client's to invent.
+//
+// The chain is read from the right, and reading stops at that address, so
+// the cost of a request does not grow with what a client adds on the left:
+// nothing is allocated for the chain, and at most 32 entries are read (a
+// chain of more trusted proxies than that is keyed by the 32nd from the
+// right). An entry that is not an address also stops the reading, and the
+// last address read is the client: "unknown", an obfuscated identifier,
+// an X-Forwarded-For entry longer than 256 bytes or a Forwarded element
+// longer than 1024, and the last element of a Forwarded line that ends
+// inside a quoted string (a client's open quote could swallow what a
+// proxy appends to its line). A Forwarded line holding a quote is scanned
+// once in full, to find its quoted strings; other lines are read from
+// their end only.
 type IPConfig struct {
 	// TrustedProxies lists the addresses of your own proxies (load
 	// balancers, CDN egress ranges). Empty: the connection's address
@@ -107,18 +120,18 @@ func ClientIP(cfg IPConfig) (KeyFunc, error) {
 	if cfg.IPv4Prefix < 1 || cfg.IPv4Prefix > 32 {
 		return nil, fmt.Errorf("httplimit: IPv4 prefix must be in [1, 32], got %d", cfg.IPv4Prefix)
 	}
-	var parse func(values []string) []hop
+	var walk func(c *clientIP, values []string, client netip.Addr) netip.Addr
 	switch http.CanonicalHeaderKey(cfg.Header) {
 	case "", "X-Forwarded-For":
-		cfg.Header, parse = "X-Forwarded-For", parseXFF
+		cfg.Header, walk = "X-Forwarded-For", (*clientIP).walkXFF
 	case "Forwarded":
-		cfg.Header, parse = "Forwarded", parseForwarded
+		cfg.Header, walk = "Forwarded", (*clientIP).walkForwarded
 	case "X-Real-Ip":
-		cfg.Header, parse = "X-Real-Ip", parseRealIP
+		cfg.Header, walk = "X-Real-Ip", (*clientIP).walkRealIP
 	default:
 		return nil, fmt.Errorf("httplimit: forwarded header %q is not X-Forwarded-For, Forwarded or X-Real-IP", cfg.Header)
 	}
-	c := &clientIP{cfg: cfg, parse: parse}
+	c := &clientIP{cfg: cfg, walk: walk}
 	for _, p := range cfg.TrustedProxies {
 		c.trusted = append(c.trusted, p.Masked())
 	}
@@ -128,15 +141,25 @@ func ClientIP(cfg IPConfig) (KeyFunc, error) {
 type clientIP struct {
 	cfg     IPConfig
 	trusted []netip.Prefix
-	parse   func(values []string) []hop
+	walk    func(c *clientIP, values []string, client netip.Addr) netip.Addr
 }
 
-// hop is one address of a forwarding chain; ok is false for an entry that
-// is not an address ("unknown", an obfuscated id, garbage).
-type hop struct {
-	addr netip.Addr
-	ok   bool
-}
+// Bounds on what ClientIP reads of a forwarded chain, so that its cost is
+// bounded by the hops it examines, whatever a client sends: it reads the
+// chain from the right and stops at the first address no trusted proxy
+// vouches for, at the first entry that is not an address, or after
+// maxHops entries (then the client is the last of them, a trusted proxy:
+// no real chain of proxies is that long).
+const (
+	maxHops = 32
+	// maxEntry is the longest X-Forwarded-For or X-Real-IP entry read as
+	// an address, spaces included: the longest address with a port is 47
+	// bytes. A longer entry is not an address.
+	maxEntry = 256
+	// maxElement is the longest Forwarded element (its for=, by=, host=
+	// and proto= together) read; a longer one is not an address.
+	maxElement = 1024
+)
 
 func (c *clientIP) key(r *http.Request) (string, error) {
 	peer, host, plain4, ok := remoteAddr(r.RemoteAddr)
@@ -146,17 +169,7 @@ func (c *clientIP) key(r *http.Request) (string, error) {
 	client := peer
 	if len(c.trusted) > 0 && c.isTrusted(peer) {
 		if values := r.Header.Values(c.cfg.Header); len(values) > 0 {
-			hops := c.parse(values)
-			for i := len(hops) - 1; i >= 0; i-- {
-				h := hops[i]
-				if !h.ok {
-					break // keep the last address vouched for: the proxy's
-				}
-				client = h.addr
-				if !c.isTrusted(h.addr) {
-					break
-				}
-			}
+			client = c.walk(c, values, peer)
 		}
 	}
 	if client == peer && plain4 && c.cfg.IPv4Prefix == 32 {
@@ -200,108 +213,226 @@ func remoteAddr(s string) (a netip.Addr, host string, plain4, ok bool) {
 	return a.Unmap().WithZone(""), host, a.Is4(), true
 }
 
-// parseHost parses one forwarded address: "192.0.2.1", "192.0.2.1:80",
-// "2001:db8::1", "[2001:db8::1]" or "[2001:db8::1]:80".
-func parseHost(s string) hop {
-	s = strings.TrimSpace(s)
-	if strings.HasPrefix(s, "[") {
-		end := strings.IndexByte(s, ']')
-		if end < 0 || (end+1 < len(s) && s[end+1] != ':') {
-			return hop{}
+// hops walks a forwarding chain from the right, one entry at a time, and
+// returns the client: the right-most address that is not a trusted proxy,
+// or the last address read before an entry that is not an address (the
+// last one a trusted proxy vouched for), or the maxHops-th.
+type hops struct {
+	c      *clientIP
+	client netip.Addr
+	n      int
+}
+
+// next takes the next entry leftwards, and reports whether to go on.
+func (h *hops) next(a netip.Addr, ok bool) bool {
+	if !ok {
+		return false // keep the last address vouched for: the proxy's
+	}
+	h.client, h.n = a, h.n+1
+	return h.c.isTrusted(a) && h.n < maxHops
+}
+
+// walkXFF reads X-Forwarded-For lines from the right: the last line
+// first, each from its end.
+func (c *clientIP) walkXFF(values []string, client netip.Addr) netip.Addr {
+	h := hops{c: c, client: client}
+	for i := len(values) - 1; i >= 0; i-- {
+		line := values[i]
+		for {
+			entry, rest, more := lastEntry(line, ',', maxEntry)
+			a, ok := parseHost(entry)
+			if !h.next(a, ok) {
+				return h.client
+			}
+			if !more {
+				break
+			}
+			line = rest
 		}
-		s = s[1:end]
-	} else if strings.Count(s, ":") == 1 {
-		s = s[:strings.IndexByte(s, ':')]
 	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return hop{}
-	}
-	return hop{addr: a.Unmap().WithZone(""), ok: true}
+	return h.client
 }
 
-// parseXFF reads X-Forwarded-For lines, left to right.
-func parseXFF(values []string) []hop {
-	var hops []hop
-	for _, v := range values {
-		for e := range strings.SplitSeq(v, ",") {
-			hops = append(hops, parseHost(e))
-		}
+// walkRealIP reads the last X-Real-IP line as a chain of one address.
+func (c *clientIP) walkRealIP(values []string, client netip.Addr) netip.Addr {
+	h := hops{c: c, client: client}
+	line := values[len(values)-1]
+	if len(line) <= maxEntry {
+		h.next(parseHost(line))
 	}
-	return hops
+	return h.client
 }
 
-// parseRealIP reads the last X-Real-IP line as a chain of one address.
-func parseRealIP(values []string) []hop {
-	return []hop{parseHost(values[len(values)-1])}
+// lastEntry splits line at its last sep, looking at no more than max+1
+// bytes: an entry longer than max comes back as "", which is not an
+// address. more reports whether there is anything left of the entry.
+func lastEntry(line string, sep byte, max int) (entry, rest string, more bool) {
+	tail := line
+	if len(tail) > max+1 {
+		tail = tail[len(tail)-max-1:]
+	}
+	if j := strings.LastIndexByte(tail, sep); j >= 0 {
+		j += len(line) - len(tail)
+		return line[j+1:], line[:j], true
+	}
+	if len(line) > max {
+		return "", "", false
+	}
+	return line, "", false
 }
 
-// parseForwarded reads the for= parameter of each element of RFC 7239
-// Forwarded lines, left to right. An element without one, or with
+// walkForwarded reads the for= parameter of each element of RFC 7239
+// Forwarded lines, from the right. An element without one, or with
 // "unknown" or an obfuscated identifier, is not an address. Nor is the
 // last element of a line that ends inside a quoted string: a client can
 // open a quote that swallows what a proxy appends to its line, so nothing
-// after the quote is believed.
-func parseForwarded(values []string) []hop {
-	var hops []hop
-	for _, v := range values {
-		elems, open := splitQuoted(v, ',')
-		for i, elem := range elems {
-			h := hop{}
-			if open && i == len(elems)-1 {
-				hops = append(hops, h)
+// after the quote is believed. Elements are split at commas outside
+// quoted strings, read left to right: so a line that holds a quote is
+// scanned once in full (without allocating) to find where its quoted
+// strings are; a line without one is read from its end only.
+func (c *clientIP) walkForwarded(values []string, client netip.Addr) netip.Addr {
+	h := hops{c: c, client: client}
+	for i := len(values) - 1; i >= 0; i-- {
+		line := values[i]
+		if strings.IndexByte(line, '"') < 0 {
+			for {
+				elem, rest, more := lastEntry(line, ',', maxElement)
+				if !h.next(forwardedFor(elem)) {
+					return h.client
+				}
+				if !more {
+					break
+				}
+				line = rest
+			}
+			continue
+		}
+		// The separators outside quoted strings, the last maxHops of them.
+		var ring [maxHops]int
+		n, open := 0, false
+		for j := 0; j < len(line); j++ {
+			switch ch := line[j]; {
+			case ch == '\\' && open:
+				j++
+			case ch == '"':
+				open = !open
+			case ch == ',' && !open:
+				ring[n%maxHops] = j
+				n++
+			}
+		}
+		end := len(line)
+		for k := n - 1; ; k-- {
+			start := 0
+			if k >= 0 {
+				if n-1-k >= maxHops {
+					return h.client // beyond the ring: more than maxHops read
+				}
+				start = ring[k%maxHops] + 1
+			}
+			elem := line[start:end]
+			var a netip.Addr
+			ok := false
+			if !(open && end == len(line)) && len(elem) <= maxElement {
+				a, ok = forwardedFor(elem)
+			}
+			if !h.next(a, ok) {
+				return h.client
+			}
+			if k < 0 {
 				break
 			}
-			pairs, _ := splitQuoted(elem, ';')
-			for _, pair := range pairs {
-				k, val, ok := strings.Cut(pair, "=")
-				if !ok || !strings.EqualFold(strings.TrimSpace(k), "for") {
-					continue
-				}
-				h = parseHost(unquote(strings.TrimSpace(val)))
-			}
-			hops = append(hops, h)
+			end = start - 1
 		}
 	}
-	return hops
+	return h.client
 }
 
-// unquote returns the content of an HTTP quoted-string, or s if it is not
-// one.
-func unquote(s string) string {
+// forwardedFor returns the address of the last for= parameter of a
+// Forwarded element, whose parameters are split at semicolons outside
+// quoted strings.
+func forwardedFor(elem string) (netip.Addr, bool) {
+	if len(elem) > maxElement {
+		return netip.Addr{}, false
+	}
+	var a netip.Addr
+	ok := false
+	take := func(pair string) {
+		k, v, found := strings.Cut(pair, "=")
+		if found && strings.EqualFold(strings.TrimSpace(k), "for") {
+			a, ok = parseQuotedHost(strings.TrimSpace(v))
+		}
+	}
+	start, open := 0, false
+	for j := 0; j < len(elem); j++ {
+		switch ch := elem[j]; {
+		case ch == '\\' && open:
+			j++
+		case ch == '"':
+			open = !open
+		case ch == ';' && !open:
+			take(elem[start:j])
+			start = j + 1
+		}
+	}
+	take(elem[start:])
+	return a, ok
+}
+
+// parseQuotedHost parses a for= value: an address as parseHost reads it,
+// or one in an HTTP quoted-string. Unescaping needs a copy; only a value
+// holding a backslash gets one.
+func parseQuotedHost(s string) (netip.Addr, bool) {
 	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
-		return s
+		return parseHost(s)
 	}
 	s = s[1 : len(s)-1]
-	if !strings.Contains(s, `\`) {
-		return s
+	if strings.IndexByte(s, '\\') < 0 {
+		return parseHost(s)
 	}
-	var b strings.Builder
+	var buf [maxElement]byte
+	b := buf[:0]
 	for i := 0; i < len(s); i++ {
 		if s[i] == '\\' && i+1 < len(s) {
 			i++
 		}
-		b.WriteByte(s[i])
+		b = append(b, s[i])
 	}
-	return b.String()
+	return parseHost(string(b))
 }
 
-// splitQuoted splits s at sep outside double-quoted strings, and reports
-// whether s ends inside one.
-func splitQuoted(s string, sep byte) (parts []string, open bool) {
-	start := 0
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '\\' && open:
-			i++
-		case c == '"':
-			open = !open
-		case c == sep && !open:
-			parts = append(parts, s[start:i])
-			start = i + 1
+// parseHost parses one forwarded address: "192.0.2.1", "192.0.2.1:80",
+// "2001:db8::1", "[2001:db8::1]" or "[2001:db8::1]:80", returned unmapped
+// and without zone.
+func parseHost(s string) (netip.Addr, bool) {
+	s = strings.TrimSpace(s)
+	if strings.HasPrefix(s, "[") {
+		end := strings.IndexByte(s, ']')
+		if end < 0 || (end+1 < len(s) && s[end+1] != ':') {
+			return netip.Addr{}, false
 		}
+		s = s[1:end]
+	} else if i := strings.IndexByte(s, ':'); i >= 0 && strings.IndexByte(s[i+1:], ':') < 0 {
+		s = s[:i]
 	}
-	return append(parts, s[start:]), open
+	a, ok := parseAddrNoZone(s)
+	return a.Unmap(), ok
+}
+
+// parseAddrNoZone is netip.ParseAddr(s) without the zone, which it drops
+// before parsing rather than after: netip interns every zone it keeps,
+// and a client may send a new one with each request.
+func parseAddrNoZone(s string) (netip.Addr, bool) {
+	if z := strings.IndexByte(s, '%'); z >= 0 {
+		// ParseAddr takes a zone only on an IPv6 address, that is when the
+		// first of '.', ':' and '%' is a ':'; and a zone must not be empty.
+		if i := strings.IndexAny(s, ".:%"); s[i] != ':' || z == len(s)-1 {
+			return netip.Addr{}, false
+		}
+		s = s[:z]
+	}
+	a, err := netip.ParseAddr(s)
+	return a, err == nil
 }
 
 // ByHeader returns a key function by the value of a request header, such

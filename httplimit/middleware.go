@@ -18,8 +18,14 @@ package httplimit
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,9 +59,9 @@ type config struct {
 	key      KeyFunc                    // Middleware: ByIP()
 	user     KeyFunc                    // RulesMiddleware: none
 	ip       KeyFunc                    // RulesMiddleware: ByIP()
-	class    func(*http.Request) string // RulesMiddleware: route pattern
+	class    func(*http.Request) string // RulesMiddleware: the rules' own patterns
 	name     string                     // Middleware: "default"
-	window   time.Duration              // Middleware: 0, no w
+	window   time.Duration              // Middleware: 0, the limiter's Window
 	headers  Headers                    // IETFHeaders
 	denied   DeniedFunc                 // 429, text or problem+json
 	onError  ErrorFunc                  // 403 for ErrNoKey, else 503
@@ -65,6 +71,7 @@ type config struct {
 	busy     http.HandlerFunc           // ConcurrencyMiddleware: 503
 	busyWait bool                       // ConcurrencyMiddleware: TryAcquire
 	busyFor  time.Duration              // ConcurrencyMiddleware: 1s
+	logf     func(string)               // the default error handler's log: log.Print
 }
 
 func newConfig(opts []Option) *config {
@@ -84,18 +91,27 @@ func newConfig(opts []Option) *config {
 			c.denied = deniedProblem
 		}
 	}
+	if c.logf == nil {
+		c.logf = func(s string) { log.Print(s) }
+	}
 	if c.onError == nil {
-		c.onError = defaultError
+		c.onError = defaultError(c.logf)
 	}
 	return c
 }
+
+// withLog replaces the default error handler's log (tests).
+func withLog(f func(string)) Option { return func(c *config) { c.logf = f } }
 
 // WithKey sets Middleware's key function (default ByIP()).
 func WithKey(f KeyFunc) Option { return func(c *config) { c.key = f } }
 
 // WithPolicy names Middleware's limit in the RateLimit headers (default
 // "default") and gives its window, the w of RateLimit-Policy, rounded up to
-// whole seconds (default 0: no w; the quota q is the Decision's Limit).
+// whole seconds. A window of 0 (the default) takes the limiter's own, if it
+// has a Window method as the limiters of package ratelimit do (how long an
+// empty allowance takes to refill); a negative window writes no w. The
+// quota q is the Decision's Limit.
 func WithPolicy(name string, window time.Duration) Option {
 	return func(c *config) { c.name, c.window = name, window }
 }
@@ -109,10 +125,19 @@ func WithUser(f KeyFunc) Option { return func(c *config) { c.user = f } }
 // (default ByIP()).
 func WithClientIP(f KeyFunc) Option { return func(c *config) { c.ip = f } }
 
-// WithClass sets how RulesMiddleware names a request's class (default: the
-// route pattern that matched, Request.Pattern, or, when the middleware
-// wraps a *http.ServeMux itself, the pattern the mux will route to).
+// WithClass sets how RulesMiddleware names a request's class, for classes
+// that are not ServeMux patterns (default: the rule classes are patterns,
+// matched against the request as a ServeMux matches them). f must name a
+// class for every request: a class no rule has gets only the "*" rules,
+// and "" means f could not tell, which the middleware refuses with an
+// error matching ErrNoClass (by default 500 Internal Server Error, logged)
+// rather than let the request through unlimited.
 func WithClass(f func(r *http.Request) string) Option { return func(c *config) { c.class = f } }
+
+// ErrNoClass means RulesMiddleware could not tell a request's class: its
+// WithClass function returned "". The request is refused through the
+// error handler, by default with 500 Internal Server Error.
+var ErrNoClass = errors.New("httplimit: the class function named no class for the request")
 
 // WithHeaders selects the rate-limit headers written on every response
 // (default IETFHeaders; 0 writes none but Retry-After on denials).
@@ -179,7 +204,10 @@ func Middleware(lim ratelimit.Limiter, opts ...Option) func(http.Handler) http.H
 		panic("httplimit: Middleware with a nil limiter")
 	}
 	c := newConfig(opts)
-	m := &limitMiddleware{cfg: c, lim: lim, item: sfString(c.name), names: []string{c.name}}
+	m := &limitMiddleware{cfg: c, lim: lim, item: sfString(c.name), names: []string{c.name}, window: c.window}
+	if w, ok := lim.(interface{ Window() time.Duration }); ok && m.window == 0 {
+		m.window = w.Window()
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 	}
@@ -190,6 +218,7 @@ type limitMiddleware struct {
 	lim    ratelimit.Limiter
 	item   string
 	names  []string
+	window time.Duration // RateLimit-Policy's w; <= 0: none
 	policy atomic.Pointer[cachedPolicy]
 }
 
@@ -204,7 +233,7 @@ func (m *limitMiddleware) policyFor(limit int) string {
 	if p := m.policy.Load(); p != nil && p.limit == limit {
 		return p.value
 	}
-	p := &cachedPolicy{limit: limit, value: policyItem(m.item, limit, m.cfg.window)}
+	p := &cachedPolicy{limit: limit, value: policyItem(m.item, limit, m.window)}
 	m.policy.Store(p)
 	return p.value
 }
@@ -242,9 +271,41 @@ func (m *limitMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 
 // RulesMiddleware returns middleware that checks each request against
 // rules, all or nothing (see ratelimit.Rules.Check): the request's class
-// (WithClass; by default its route pattern) picks the rules, WithUser and
-// WithClientIP give the keys of per-user and per-IP rules. A request of a
-// class no rule applies to goes through untouched.
+// picks the rules, WithUser and WithClientIP give the keys of per-user and
+// per-IP rules. A request of a class no rule applies to goes through
+// untouched.
+//
+// The rule classes are net/http ServeMux patterns ("POST /login",
+// "GET /items/{id}", "/files/", "api.example.com/"), and the middleware
+// matches them against the request itself, with ServeMux's own rules: the
+// most specific pattern wins, HEAD matches GET patterns, a pattern without
+// a method matches every method, a host pattern matches that host only,
+// and a path ServeMux would redirect (a missing trailing slash, an unclean
+// path) counts as the pattern it is redirected to. So the rule applies
+// wherever the middleware is mounted and whatever is between it and the
+// handler:
+//
+//	http.ListenAndServe(addr, httplimit.RulesMiddleware(rules)(mux))
+//	mux.Handle("POST /login", httplimit.RulesMiddleware(rules)(login))
+//	root.Handle("/api/", http.StripPrefix("/api", httplimit.RulesMiddleware(rules)(apiMux)))
+//
+// The pattern matches the path as the middleware receives it: under
+// StripPrefix, the path without the prefix, like the patterns of the mux
+// it protects. A request that matches no rule there, but whose path was
+// rewritten on its way, is matched once more as the client sent it
+// (Request.RequestURI), so that rules written with the full path apply
+// too. The patterns the application's mux routes by do not matter: a rule
+// on "GET /items/{id}" limits "GET /items/new" even if the mux has a route
+// of its own for it. A host pattern matches the Host header, which the
+// client writes: it protects what a mux routes by that host, not a handler
+// served under every host. Behind a router that matches paths otherwise
+// than ServeMux (case, escapes, trailing slashes), write the rules to
+// cover what it routes, or name classes with WithClass from inside it.
+//
+// It panics if a rule class is not a valid pattern, or two classes are
+// patterns ServeMux would refuse to register together (equal, or
+// conflicting): such a rule could never apply. With WithClass, the classes
+// are the caller's names and none of this applies.
 //
 // The headers describe every rule of the class in RateLimit-Policy, each
 // as "name";q=burst;w=window, where the window is how long an empty
@@ -274,17 +335,50 @@ func RulesMiddleware(rules *ratelimit.Rules, opts ...Option) func(http.Handler) 
 	if m.every.needUser && c.user == nil {
 		panic("httplimit: rules count per user but no WithUser key function was given")
 	}
+	if c.class == nil {
+		m.patterns = patternMux(rules.Classes())
+	}
 	return func(next http.Handler) http.Handler {
-		mux, _ := next.(*http.ServeMux)
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next, mux) })
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 	}
 }
 
+// catchAll is registered with the rule patterns so that a request matching
+// none of them finds it, rather than the not-found path of ServeMux, which
+// allocates.
+const catchAll = "/"
+
+// patternMux returns a ServeMux that routes to the rule classes, each a
+// pattern, so that it names the class of a request as ServeMux would. It
+// panics on a class ServeMux refuses.
+func patternMux(classes []string) *http.ServeMux {
+	mux := http.NewServeMux()
+	nop := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	for _, class := range classes {
+		func() {
+			defer func() {
+				if e := recover(); e != nil {
+					panic(fmt.Sprintf("httplimit: rule class %q is not a ServeMux pattern the middleware can match (%v); name classes yourself with WithClass", class, e))
+				}
+			}()
+			mux.Handle(class, nop)
+		}()
+	}
+	if !slices.Contains(classes, catchAll) {
+		func() {
+			defer func() { recover() }() // a class such as "/{path...}" covers it
+			mux.Handle(catchAll, nop)
+		}()
+	}
+	return mux
+}
+
 type rulesMiddleware struct {
-	cfg     *config
-	rules   *ratelimit.Rules
-	classes map[string]*classView
-	every   *classView // classes without rules of their own
+	cfg      *config
+	rules    *ratelimit.Rules
+	classes  map[string]*classView
+	every    *classView     // classes without rules of their own
+	patterns *http.ServeMux // the rule classes as patterns; nil with WithClass
 }
 
 // classView is what the headers say about one class, built once.
@@ -311,16 +405,16 @@ func newClassView(rules []ratelimit.Rule) *classView {
 	return cv
 }
 
-func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, mux *http.ServeMux) {
+func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	c := m.cfg
 	var class string
-	switch {
-	case c.class != nil:
-		class = c.class(r)
-	case r.Pattern != "":
-		class = r.Pattern
-	case mux != nil:
-		_, class = mux.Handler(r)
+	if c.class != nil {
+		if class = c.class(r); class == "" {
+			c.onError(w, r, ErrNoClass)
+			return
+		}
+	} else {
+		class = m.match(r)
 	}
 	cv, ok := m.classes[class]
 	if !ok {
@@ -378,6 +472,42 @@ func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 	next.ServeHTTP(w, r)
 }
 
+// match returns the rule pattern that matches r, or "" for none: first on
+// the request as it is, then, if its path was rewritten on the way (by
+// StripPrefix), as the client sent it.
+func (m *rulesMiddleware) match(r *http.Request) string {
+	if _, p := m.patterns.Handler(r); p != "" && m.classes[p] != nil {
+		return p
+	}
+	sent := r.RequestURI
+	if sent == "" || sent == "*" {
+		return ""
+	}
+	if i := strings.IndexByte(sent, '?'); i >= 0 {
+		sent = sent[:i]
+	}
+	if !strings.HasPrefix(sent, "/") { // absolute form: scheme://host/path
+		u, err := url.ParseRequestURI(sent)
+		if err != nil {
+			return ""
+		}
+		sent = u.EscapedPath()
+	}
+	if sent == r.URL.EscapedPath() {
+		return ""
+	}
+	u, err := url.ParseRequestURI(sent)
+	if err != nil {
+		return ""
+	}
+	orig := *r
+	orig.URL = &url.URL{Scheme: r.URL.Scheme, Host: r.URL.Host, Path: u.Path, RawPath: u.RawPath}
+	if _, p := m.patterns.Handler(&orig); p != "" && m.classes[p] != nil {
+		return p
+	}
+	return ""
+}
+
 func deniedText(w http.ResponseWriter, r *http.Request, d Denial) {
 	http.Error(w, "too many requests, retry after "+w.Header().Get(hdrRetryAfter)+"s", http.StatusTooManyRequests)
 }
@@ -411,15 +541,29 @@ func deniedProblem(w http.ResponseWriter, r *http.Request, d Denial) {
 	})
 }
 
-func defaultError(w http.ResponseWriter, r *http.Request, err error) {
-	if errors.Is(err, ErrNoKey) {
-		http.Error(w, "forbidden: the request has no rate-limit key", http.StatusForbidden)
-		return
+// defaultError returns the default error handler: 403 for a request
+// without a key, 500 for one without a class (a misconfiguration, logged
+// once by logf: a flood of such requests must not flood the log), 503 for
+// a limiter that failed.
+func defaultError(logf func(string)) ErrorFunc {
+	var once sync.Once
+	return func(w http.ResponseWriter, r *http.Request, err error) {
+		switch {
+		case errors.Is(err, ErrNoKey):
+			http.Error(w, "forbidden: the request has no rate-limit key", http.StatusForbidden)
+		case errors.Is(err, ErrNoClass):
+			once.Do(func() {
+				logf(fmt.Sprintf("%v (%s %.100q): refused with 500; later such requests are refused without a log line", err, r.Method, r.URL.Path))
+			})
+			http.Error(w, "internal server error: the rate limit for this request is misconfigured", http.StatusInternalServerError)
+		default:
+			// A limiter that failed (a remote backend down) is an outage,
+			// not a denial: ask clients to come back in a second rather
+			// than at once.
+			w.Header().Set(hdrRetryAfter, "1")
+			http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
+		}
 	}
-	// A limiter that failed (a remote backend down) is an outage, not a
-	// denial: ask clients to come back in a second rather than at once.
-	w.Header().Set(hdrRetryAfter, "1")
-	http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
 }
 
 // formatSeconds formats whole seconds for Retry-After.

@@ -103,7 +103,7 @@ func TestMiddlewareXRateLimitHeaders(t *testing.T) {
 	}
 	both := Middleware(tokenBucket(t, ratelimit.PerMinute(1), 2, clock), WithHeaders(IETFHeaders|XRateLimitHeaders))(okHandler)
 	checkHeaders(t, "both", serve(both, "GET", "/", "192.0.2.1:1"), map[string]string{
-		"RateLimit-Policy": `"default";q=2`, "RateLimit": `"default";r=1;t=60`, "X-RateLimit-Remaining": "1",
+		"RateLimit-Policy": `"default";q=2;w=120`, "RateLimit": `"default";r=1;t=60`, "X-RateLimit-Remaining": "1",
 	})
 	none := Middleware(tokenBucket(t, ratelimit.PerMinute(1), 1, clock), WithHeaders(0))(okHandler)
 	serve(none, "GET", "/", "192.0.2.1:1")
@@ -425,5 +425,33 @@ func TestSFString(t *testing.T) {
 		if got := sfString(in); got != want {
 			t.Errorf("sfString(%q) = %s, want %s", in, got, want)
 		}
+	}
+}
+
+// Without a window of its own, the policy takes the limiter's: how long its
+// allowance takes to refill. A negative window writes none; a limiter that
+// cannot say gets none.
+func TestMiddlewarePolicyWindow(t *testing.T) {
+	clock := ratelimit.NewManualClock(t0)
+	multi, err := ratelimit.NewMulti(ratelimit.Part{Limiter: tokenBucket(t, ratelimit.PerSecond(1), 2, clock)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw, _ := ratelimit.NewFixedWindow(ratelimit.PerMinute(100), ratelimit.WithClock(clock))
+	for _, tc := range []struct {
+		name string
+		lim  ratelimit.Limiter
+		opts []Option
+		want string
+	}{
+		{"token bucket", tokenBucket(t, ratelimit.PerSecond(1), 2, clock), nil, `"default";q=2;w=2`},
+		{"token bucket, named", tokenBucket(t, ratelimit.Per(3, 2*time.Second), 2, clock), []Option{WithPolicy("api", 0)}, `"api";q=2;w=2`}, // 1⅓s, rounded up
+		{"fixed window", fw, nil, `"default";q=100;w=60`},
+		{"given", tokenBucket(t, ratelimit.PerSecond(1), 2, clock), []Option{WithPolicy("api", time.Hour)}, `"api";q=2;w=3600`},
+		{"none", tokenBucket(t, ratelimit.PerSecond(1), 2, clock), []Option{WithPolicy("api", -1)}, `"api";q=2`},
+		{"no Window method", multi, nil, `"default";q=2`},
+	} {
+		w := serve(Middleware(tc.lim, tc.opts...)(okHandler), "GET", "/", "192.0.2.1:1")
+		checkHeaders(t, tc.name, w, map[string]string{"RateLimit-Policy": tc.want})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -288,7 +289,7 @@ func TestRetryAfterParse(t *testing.T) {
 		{[]string{"Retry-After", " 120 "}, 2 * time.Minute, true},
 		{[]string{"Retry-After", "-1"}, 0, false},
 		{[]string{"Retry-After", "soon"}, 0, false},
-		{[]string{"Retry-After", "99999999999999999"}, 9223372036 * time.Second, true},
+		{[]string{"Retry-After", "99999999999999999"}, time.Duration(1<<63 - 1), true},
 		{[]string{"Retry-After", "Mon, 05 Aug 2019 09:27:05 GMT"}, 5 * time.Second, true},
 		{[]string{"Retry-After", "Mon, 05 Aug 2019 09:27:05 GMT", "Date", "Mon, 05 Aug 2019 09:27:03 GMT"}, 2 * time.Second, true},
 		{nil, 0, false},
@@ -325,7 +326,13 @@ func TestTransportPauseWhileWaiting(t *testing.T) {
 	if code := <-first; code != 429 {
 		t.Fatalf("first: %d", code)
 	}
-	clock.Advance(time.Second) // the limiter lets it go; the pause holds it
+	// The pause woke the second, which gave back its booking and permit.
+	for deadline := time.Now().Add(5 * time.Second); sem.InFlight() != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the second holds its permit after the pause began")
+		}
+	}
+	clock.Advance(time.Second) // its turn would have come; the pause holds it
 	waitTimers(t, clock, 1)
 	if sem.InFlight() != 0 {
 		t.Errorf("a paused request holds a permit")
@@ -340,3 +347,269 @@ func TestTransportPauseWhileWaiting(t *testing.T) {
 		t.Fatalf("second: %d, hits %d", code, up.hits.Load())
 	}
 }
+
+// Retry-After in every form a server may send: the pause is what it asks,
+// capped at MaxPause, whatever the size of the number.
+func TestRetryAfterForms(t *testing.T) {
+	now := time.Date(2019, 8, 5, 9, 27, 0, 0, time.UTC)
+	const maxD = time.Duration(1<<63 - 1)
+	for _, tc := range []struct {
+		values []string // Retry-After lines
+		date   string
+		want   time.Duration
+		ok     bool
+	}{
+		{[]string{"99999999999999999999999"}, "", maxD, true}, // beyond int64 seconds
+		{[]string{"9223372036854775807"}, "", maxD, true},
+		{[]string{"9223372036"}, "", 9223372036 * time.Second, true},
+		{[]string{"9223372037"}, "", maxD, true}, // overflows when made nanoseconds
+		{[]string{"000000000000000000000000005"}, "", 5 * time.Second, true},
+		{[]string{"1.5"}, "", 1500 * time.Millisecond, true},
+		{[]string{"0.0000000001"}, "", 1, true}, // rounded up, never earlier
+		{[]string{"2.000000000000"}, "", 2 * time.Second, true},
+		{[]string{"9223372036.9"}, "", maxD, true},
+		{[]string{"1."}, "", 0, false},
+		{[]string{".5"}, "", 0, false},
+		{[]string{"-5"}, "", 0, false},
+		{[]string{"+5"}, "", 0, false},
+		{[]string{"1 2"}, "", 0, false},
+		{[]string{"\t 7 \t"}, "", 7 * time.Second, true},
+		{[]string{"-99999999999999999999999"}, "", 0, false},
+		// Several lines: the longest valid one.
+		{[]string{"5", "soon", "60"}, "", time.Minute, true},
+		{[]string{"soon", "3"}, "", 3 * time.Second, true},
+		// Dates, against Date when given.
+		{[]string{"Fri, 31 Dec 9999 23:59:59 GMT"}, "", maxD, true},
+		{[]string{"Fri, 31 Dec 9999 23:59:59 GMT"}, "Mon, 01 Jan 0001 00:00:00 GMT", maxD, true},
+		{[]string{"Mon, 01 Jan 0001 00:00:00 GMT"}, "", time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC).Sub(now), true},
+		{[]string{"Monday, 05-Aug-19 09:27:10 GMT"}, "", 10 * time.Second, true}, // RFC 850
+		{[]string{"Mon Aug  5 09:27:20 2019"}, "", 20 * time.Second, true},       // asctime
+	} {
+		h := http.Header{"Retry-After": tc.values}
+		if tc.date != "" {
+			h.Set("Date", tc.date)
+		}
+		got, ok := retryAfter(h, now)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%q (Date %q): %v %v, want %v %v", tc.values, tc.date, got, ok, tc.want, tc.ok)
+		}
+	}
+	// End to end: the pause is capped at MaxPause, and a date in the past
+	// pauses nothing.
+	for _, tc := range []struct {
+		value string
+		pause time.Duration
+	}{
+		{"99999999999999999999999", time.Minute},
+		{"9223372036854775807", time.Minute},
+		{"Fri, 31 Dec 9999 23:59:59 GMT", time.Minute},
+		{"30.25", 30250 * time.Millisecond},
+		{"Mon, 01 Jan 1990 00:00:00 GMT", 0},
+	} {
+		up := newUpstream(t, status(429, "Retry-After", tc.value))
+		clock := ratelimit.NewManualClock(t0)
+		tr := &Transport{Clock: clock, MaxPause: time.Minute}
+		get(t, &http.Client{Transport: tr}, up.URL)
+		until, paused := tr.PausedUntil(strings.TrimPrefix(up.URL, "http://"))
+		if paused != (tc.pause > 0) || paused && until != t0.Add(tc.pause) {
+			t.Errorf("Retry-After %q: paused %v until %v, want %v", tc.value, paused, until, tc.pause)
+		}
+	}
+}
+
+// A request that is not sent gives back what it took, on every path out:
+// the limiter's booking and the permit.
+func TestTransportGivesBackWhatItDidNotUse(t *testing.T) {
+	type env struct {
+		up    *upstream
+		clock *ratelimit.ManualClock
+		lim   *ratelimit.TokenBucket
+		sem   *ratelimit.Bulkhead
+		c     *http.Client
+		key   string
+	}
+	setup := func(t *testing.T, script ...func(http.ResponseWriter)) *env {
+		e := &env{up: newUpstream(t, script...), clock: ratelimit.NewManualClock(t0), sem: bulkhead(t, 1)}
+		e.lim = tokenBucket(t, ratelimit.PerSecond(1), 4, e.clock)
+		e.c = &http.Client{Transport: &Transport{Clock: e.clock, Limiter: e.lim, Concurrency: e.sem}}
+		e.key = strings.TrimPrefix(e.up.URL, "http://")
+		return e
+	}
+	remaining := func(e *env) int {
+		d, _ := e.lim.AllowN(context.Background(), e.key, 0)
+		return d.Remaining
+	}
+	waitFor := func(t *testing.T, what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	t.Run("waiting for a permit", func(t *testing.T) {
+		e := setup(t)
+		if !e.sem.TryAcquire() { // someone else holds the only permit
+			t.Fatal("permit")
+		}
+		for i := range 4 {
+			ctx, cancel := context.WithCancel(context.Background())
+			done := getAsync(e.c, newRequest(t, ctx, e.up.URL))
+			waitFor(t, "a request waiting for the permit", func() bool { return e.sem.Waiting() == 1 })
+			cancel()
+			if code := <-done; code != -1 {
+				t.Fatalf("request %d: %d", i, code)
+			}
+		}
+		if got := remaining(e); got != 4 || e.up.hits.Load() != 0 || e.sem.InFlight() != 1 {
+			t.Errorf("after 4 requests never sent: %d tokens (want 4), %d sent, %d in flight (want 1)", got, e.up.hits.Load(), e.sem.InFlight())
+		}
+	})
+	t.Run("deadline while waiting for a permit", func(t *testing.T) {
+		e := setup(t)
+		e.sem.TryAcquire()
+		for range 4 {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+			_, err := e.c.Do(newRequest(t, ctx, e.up.URL))
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("err %v", err)
+			}
+		}
+		if got := remaining(e); got != 4 || e.sem.InFlight() != 1 {
+			t.Errorf("%d tokens (want 4), %d in flight (want 1)", got, e.sem.InFlight())
+		}
+	})
+	t.Run("waiting on the limiter", func(t *testing.T) {
+		e := setup(t)
+		e.lim.AllowN(context.Background(), e.key, 4) // empty: the next is due in 1s
+		ctx, cancel := context.WithCancel(context.Background())
+		done := getAsync(e.c, newRequest(t, ctx, e.up.URL))
+		waitTimers(t, e.clock, 1)
+		cancel()
+		if code := <-done; code != -1 {
+			t.Fatalf("%d", code)
+		}
+		e.clock.Advance(time.Second)
+		if got := remaining(e); got != 1 || e.sem.InFlight() != 0 {
+			t.Errorf("%d tokens a second later (want 1), %d in flight", got, e.sem.InFlight())
+		}
+	})
+	t.Run("limiter delay past the deadline", func(t *testing.T) {
+		e := setup(t)
+		e.lim.AllowN(context.Background(), e.key, 4)
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond) // < 1s
+		defer cancel()
+		if _, err := e.c.Do(newRequest(t, ctx, e.up.URL)); !errors.Is(err, ratelimit.ErrLimited) {
+			t.Fatalf("err %v", err)
+		}
+		e.clock.Advance(time.Second)
+		if got := remaining(e); got != 1 || e.sem.InFlight() != 0 {
+			t.Errorf("%d tokens a second later (want 1), %d in flight", got, e.sem.InFlight())
+		}
+	})
+	t.Run("during a pause", func(t *testing.T) {
+		e := setup(t, status(429, "Retry-After", "5"))
+		get(t, e.c, e.up.URL) // 3 tokens left, paused 5s
+		ctx, cancel := context.WithCancel(context.Background())
+		done := getAsync(e.c, newRequest(t, ctx, e.up.URL))
+		waitTimers(t, e.clock, 1)
+		if e.sem.InFlight() != 0 {
+			t.Error("a request waiting out a pause holds a permit")
+		}
+		cancel()
+		if code := <-done; code != -1 {
+			t.Fatalf("%d", code)
+		}
+		if got := remaining(e); got != 3 || e.sem.InFlight() != 0 || e.up.hits.Load() != 1 {
+			t.Errorf("%d tokens (want 3), %d in flight, %d sent", got, e.sem.InFlight(), e.up.hits.Load())
+		}
+	})
+	t.Run("a pause begins while waiting on the limiter", func(t *testing.T) {
+		unblock := make(chan struct{})
+		e := setup(t, func(w http.ResponseWriter) { <-unblock; status(429, "Retry-After", "5")(w) })
+		e.sem.SetLimit(2)
+		first := getAsync(e.c, newRequest(t, context.Background(), e.up.URL))
+		waitFor(t, "the first request", func() bool { return e.up.hits.Load() == 1 })
+		e.lim.AllowN(context.Background(), e.key, 3) // empty: the next is due in 1s
+		ctx, cancel := context.WithCancel(context.Background())
+		second := getAsync(e.c, newRequest(t, ctx, e.up.URL))
+		waitTimers(t, e.clock, 1)
+		close(unblock)
+		if code := <-first; code != 429 {
+			t.Fatalf("first: %d", code)
+		}
+		// The second gives back its booking and permit and waits out the
+		// pause; its turn on the limiter passes, then its context ends.
+		waitFor(t, "the second to give back its permit", func() bool { return e.sem.InFlight() == 0 })
+		waitTimers(t, e.clock, 1)
+		e.clock.Advance(time.Second)
+		cancel()
+		if code := <-second; code != -1 {
+			t.Fatalf("second: %d", code)
+		}
+		if got := remaining(e); got != 1 || e.up.hits.Load() != 1 {
+			t.Errorf("%d tokens a second later (want 1: the booking came back), %d sent", got, e.up.hits.Load())
+		}
+	})
+	t.Run("the round trip fails", func(t *testing.T) {
+		e := setup(t)
+		e.up.Close()
+		if _, err := e.c.Get(e.up.URL); err == nil {
+			t.Fatal("no error")
+		}
+		// Handed to Base, the request may have reached the server: its
+		// event stays taken; the permit comes back.
+		if got := remaining(e); got != 3 || e.sem.InFlight() != 0 {
+			t.Errorf("%d tokens (want 3), %d in flight", got, e.sem.InFlight())
+		}
+	})
+}
+
+// One server spelt several ways is one key: a caller whose URLs come from
+// elsewhere cannot step around the limit by spelling the host anew.
+func TestHostKey(t *testing.T) {
+	for _, tc := range []struct{ url, want string }{
+		{"https://api.example.com/x", "api.example.com"},
+		{"https://API.Example.COM/x", "api.example.com"},
+		{"https://api.example.com:443/x", "api.example.com"},
+		{"https://api.example.com./x", "api.example.com"},
+		{"http://api.example.com:80/x", "api.example.com"},
+		{"http://api.example.com:443/x", "api.example.com:443"},
+		{"https://api.example.com:8443/x", "api.example.com:8443"},
+		{"http://127.0.0.1:8080/", "127.0.0.1:8080"},
+		{"https://[2001:DB8::1]/", "[2001:db8::1]"},
+		{"https://[2001:db8::1]:8443/", "[2001:db8::1]:8443"},
+	} {
+		u, err := url.Parse(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := HostKey(u); got != tc.want {
+			t.Errorf("HostKey(%s) = %q, want %q", tc.url, got, tc.want)
+		}
+	}
+	// Through the Transport: the limiter sees one key.
+	clock := ratelimit.NewManualClock(t0)
+	lim := tokenBucket(t, ratelimit.PerMinute(1), 1, clock)
+	var sent []string
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		sent = append(sent, r.URL.String())
+		return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
+	})
+	c := &http.Client{Transport: &Transport{Base: base, Limiter: lim, Clock: clock}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for _, u := range []string{"https://api.example.com/a", "https://API.example.com:443/b", "https://api.example.com./c"} {
+		c.Do(newRequest(t, ctx, u))
+	}
+	if len(sent) != 1 {
+		t.Errorf("sent %q: one server spelt three ways got more than its 1 a minute", sent)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -5,8 +5,10 @@
 //
 // The server listens on loopback and, like a real deployment behind a load
 // balancer, believes X-Forwarded-For only from its trusted proxy (here the
-// loopback address the demo's client connects from). Time comes from a
-// manual clock, so the output is the same on every run.
+// loopback address the demo's client connects from). It answers 401 to an
+// anonymous request on a per-user endpoint, where the library's default is
+// 403. Time comes from a manual clock, so the output is the same on every
+// run.
 package main
 
 import (
@@ -42,13 +44,18 @@ func user(r *http.Request) (string, bool) {
 }
 
 func main() {
-	if err := run(); err != nil {
+	if err := run(os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "httpserver:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
+// proxies are the addresses of the load balancers the server trusts to
+// set X-Forwarded-For: here the loopback address the demo's client
+// connects from, as a load balancer would.
+var proxies = []string{"127.0.0.1", "::1"}
+
+func run(out io.Writer) error {
 	start := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	clock := ratelimit.NewManualClock(start)
 	rules, err := ratelimit.ParseRules(limits, ratelimit.WithClock(clock))
@@ -57,8 +64,14 @@ func run() error {
 	}
 	defer rules.Close()
 
-	trusted, _ := httplimit.ParsePrefixes("127.0.0.1", "::1")
-	clientIP, err := httplimit.ClientIP(httplimit.IPConfig{TrustedProxies: trusted})
+	trusted, err := httplimit.ParsePrefixes(proxies...)
+	if err != nil {
+		return err
+	}
+	clientIP, err := httplimit.ClientIP(httplimit.IPConfig{
+		TrustedProxies: trusted,
+		Header:         "X-Forwarded-For",
+	})
 	if err != nil {
 		return err
 	}
@@ -71,7 +84,8 @@ func run() error {
 		httplimit.WithUser(httplimit.ByUser(user)),
 		httplimit.WithClientIP(clientIP),
 		httplimit.WithProblemJSON(),
-		// Per-user endpoints need a signed-in user: say so with a 401.
+		// The library answers 403 Forbidden to a request it finds no key
+		// for; here the missing key is a user, so ask for a sign-in.
 		httplimit.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
 			if errors.Is(err, httplimit.ErrNoKey) {
 				http.Error(w, "sign in first", http.StatusUnauthorized)
@@ -80,23 +94,42 @@ func run() error {
 			http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
 		}),
 	)(mux)
+	// For the demo only: tell the client which address the limits keyed
+	// its request by.
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if key, err := clientIP(r); err == nil {
+			w.Header().Set("X-Demo-Client-Key", key)
+		}
+		limited.ServeHTTP(w, r)
+	})
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: limited}
+	srv := &http.Server{Handler: handler}
 	go srv.Serve(ln)
 	defer srv.Close()
 	base := "http://" + ln.Addr().String()
 
-	fmt.Println("A social API on loopback, limited by these rules (manual clock):")
-	fmt.Println(strings.TrimRight(strings.ReplaceAll(limits, "\t", "  "), " \n"))
-	fmt.Println()
+	p := func(s ...any) { fmt.Fprintln(out, s...) }
+	p("A social API on loopback, limited by these rules (manual clock):")
+	p(strings.TrimRight(strings.ReplaceAll(limits, "\t", "  "), " \n"))
+	p()
+	p("The server trusts X-Forwarded-For only from its load balancers (here")
+	p("the loopback address the demo's client connects from):")
+	p(`  trusted, _ := httplimit.ParsePrefixes("` + strings.Join(proxies, `", "`) + `")`)
+	p("  clientIP, _ := httplimit.ClientIP(httplimit.IPConfig{")
+	p(`      TrustedProxies: trusted, Header: "X-Forwarded-For"})`)
+	p("and keys a request by the right-most address in that header that is not")
+	p("one of them. Each request below carries the header a proxy would send.")
+	p()
 	var lastPolicy string
-	send := func(who, ip, method, path string) {
+	// send sends a request and prints the answer; it returns the address
+	// the server keyed the request by.
+	send := func(who, forwarded, method, path string) string {
 		req, _ := http.NewRequest(method, base+path, nil)
-		req.Header.Set("X-Forwarded-For", ip)
+		req.Header.Set("X-Forwarded-For", forwarded)
 		for tok, u := range tokens {
 			if u == who {
 				req.Header.Set("Authorization", "Bearer "+tok)
@@ -104,53 +137,58 @@ func run() error {
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			fmt.Println("  error:", err)
-			return
+			p("  error:", err)
+			return ""
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if p := resp.Header.Get("RateLimit-Policy"); p != "" && p != lastPolicy {
-			fmt.Printf("  %-41s RateLimit-Policy: %s\n", "", p)
-			lastPolicy = p
+		if pol := resp.Header.Get("RateLimit-Policy"); pol != "" && pol != lastPolicy {
+			p("  RateLimit-Policy: " + pol)
+			lastPolicy = pol
 		}
-		line := fmt.Sprintf("  t=%-3s %-6s %-20s %-13s -> %d", clock.Now().Sub(start), nonEmpty(who, "(anon)"), ip, method+" "+path, resp.StatusCode)
+		line := fmt.Sprintf("  %-6s %-12s -> %d", nonEmpty(who, "(anon)"), method+" "+path, resp.StatusCode)
 		if rl := resp.Header.Get("RateLimit"); rl != "" {
 			line += "  RateLimit: " + rl
 		}
 		if ra := resp.Header.Get("Retry-After"); ra != "" {
 			line += "  Retry-After: " + ra
 		}
-		if resp.StatusCode == http.StatusTooManyRequests {
-			line += "  " + violated(body)
-		}
 		if resp.StatusCode == http.StatusUnauthorized {
 			line += "  " + strings.TrimSpace(string(body))
 		}
-		fmt.Println(line)
+		p(line)
+		if resp.StatusCode == http.StatusTooManyRequests {
+			p("      " + violated(body))
+		}
+		return resp.Header.Get("X-Demo-Client-Key")
 	}
 
-	fmt.Println("alice posts twice: one post a second per user.")
+	p("alice (198.51.100.7) posts twice: one post a second per user.")
 	send("alice", "198.51.100.7", "POST", "/posts")
 	send("alice", "198.51.100.7", "POST", "/posts")
-	fmt.Println("alice likes six times: five at once per user.")
+	p("alice likes six times: five at once per user.")
 	for range 6 {
 		send("alice", "198.51.100.7", "POST", "/likes")
 	}
-	fmt.Println("Nobody signed in: per-user limits need a user.")
+	p("Nobody signed in: per-user limits need a user. The library's default")
+	p("answer to a request without a key is 403 Forbidden; this server's")
+	p("WithErrorHandler answers 401 Unauthorized, since signing in would help.")
 	send("", "203.0.113.50", "POST", "/posts")
-	fmt.Println("bob reads his feed ten times: ten a second per address.")
+	p("bob (192.0.2.10) reads his feed ten times: ten a second per address.")
 	for range 10 {
 		send("bob", "192.0.2.10", "GET", "/feed")
 	}
-	fmt.Println("bob's 11th read prepends a made-up address to X-Forwarded-For. The proxy")
-	fmt.Println("appended his real one, and the right-most address it did not vouch for")
-	fmt.Println("is the key: no fresh allowance for bob.")
-	send("bob", "10.9.9.9, 192.0.2.10", "GET", "/feed")
-	fmt.Println("The global limit (16/s) is now spent: carol is refused by it alone,")
-	fmt.Println("and her own allowance is untouched (all or nothing).")
+	p("bob's 11th read prepends a made-up address; the proxy appends his real")
+	p("one, so the server receives, from 127.0.0.1 (trusted):")
+	p("  X-Forwarded-For: 10.9.9.9, 192.0.2.10")
+	key := send("bob", "10.9.9.9, 192.0.2.10", "GET", "/feed")
+	p("The server keyed it by " + key + ", the right-most address no trusted")
+	p("proxy vouches for: the made-up one gets bob no fresh allowance.")
+	p("The global limit (16/s) is now spent: carol is refused by it alone,")
+	p("and her own allowance is untouched (all or nothing).")
 	send("carol", "192.0.2.20", "POST", "/posts")
 	clock.Advance(time.Second)
-	fmt.Println("One second later, as Retry-After said:")
+	p("One second later, as Retry-After said:")
 	send("carol", "192.0.2.20", "POST", "/posts")
 	send("alice", "198.51.100.7", "POST", "/posts")
 	return nil

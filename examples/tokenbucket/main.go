@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -14,12 +15,18 @@ import (
 )
 
 func main() {
+	if err := run(os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "tokenbucket:", err)
+		os.Exit(1)
+	}
+}
+
+func run(w io.Writer) error {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := ratelimit.NewManualClock(start)
 	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(2), 4, ratelimit.WithClock(clock))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return err
 	}
 
 	// A burst of 6 at t=0, a trickle, a pause, and another burst.
@@ -29,16 +36,15 @@ func main() {
 		time.Second, 1500 * time.Millisecond,
 		4 * time.Second, 4 * time.Second, 4 * time.Second, 4 * time.Second, 4 * time.Second,
 	}
-	fmt.Println("token bucket: capacity 4, refill 2 tokens/s, key \"client-1\"")
-	fmt.Println()
-	fmt.Printf("%8s  %-7s  %9s  %11s  %s\n", "t", "result", "remaining", "retry after", "tokens")
+	fmt.Fprintln(w, "token bucket: capacity 4, refill 2 tokens/s, key \"client-1\"")
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "%8s  %-7s  %9s  %11s  %s\n", "t", "result", "remaining", "retry after", "tokens")
 	ctx := context.Background()
 	for _, at := range arrivals {
 		clock.Set(start.Add(at))
 		d, err := tb.AllowN(ctx, "client-1", 1)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+			return err
 		}
 		result := "allowed"
 		if !d.Allowed {
@@ -48,7 +54,8 @@ func main() {
 		if d.RetryAfter > 0 {
 			retry = d.RetryAfter.String()
 		}
-		fmt.Printf("%7.2fs  %-7s  %9d  %11s  %s\n", at.Seconds(), result, d.Remaining, retry,
+		fmt.Fprintf(w, "%7.2fs  %-7s  %9d  %11s  %s\n", at.Seconds(), result, d.Remaining, retry,
 			strings.Repeat("●", d.Remaining)+strings.Repeat("○", d.Limit-d.Remaining))
 	}
+	return nil
 }

@@ -2,12 +2,12 @@
 // run and prints, as Markdown, the median of each benchmark as a ratio
 // against the baseline measured in the same run: x/time/rate for the rate
 // limiters (a single rate.Limiter for one key, the map+mutex pattern for
-// many keys), x/sync/semaphore for the bulkheads. It then checks issue 7's
-// targets for our limiters.
+// many keys), x/sync/semaphore for the bulkheads. With -targets it then
+// checks the project's performance targets for our limiters.
 //
 // Usage:
 //
-//	go run ./cmd/ratios bench.txt [more.txt ...]
+//	go run ./cmd/ratios [-targets] bench.txt [more.txt ...]
 //
 // With no file it reads standard input. Benchmark names are expected in
 // the module's form, Benchmark<Group>/<key>=<value>/..., where impl=<name>
@@ -18,6 +18,7 @@ package main
 
 import (
 	"bufio"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -28,7 +29,9 @@ import (
 )
 
 func main() {
-	r, err := readAll(os.Args[1:])
+	targets := flag.Bool("targets", false, "check the project's performance targets too")
+	flag.Parse()
+	r, err := readAll(flag.Args())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ratios:", err)
 		os.Exit(1)
@@ -37,7 +40,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "ratios: no benchmark results in the input")
 		os.Exit(1)
 	}
-	report(os.Stdout, r)
+	report(os.Stdout, r, *targets)
 }
 
 func readAll(files []string) (*results, error) {
@@ -191,14 +194,17 @@ func label(scenario string) string {
 	return strings.ReplaceAll(scenario, "/", " ")
 }
 
-func report(w io.Writer, r *results) {
+// report prints the tables of r and, if targets, the targets' table.
+func report(w io.Writer, r *results, targets bool) {
 	if len(r.config) > 0 {
 		fmt.Fprintf(w, "%s\n\n", strings.Join(r.config, ", "))
 	}
 	reportTime(w, r)
 	reportFloors(w, r)
 	reportMemory(w, r)
-	reportTargets(w, r)
+	if targets {
+		reportTargets(w, r)
+	}
 }
 
 // implsIn returns the implementations that ran in scenarios of the groups,

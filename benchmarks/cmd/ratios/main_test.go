@@ -49,8 +49,13 @@ func TestReport(t *testing.T) {
 	if got, _ := r.get("OneKey/path=allow/run=serial", "ours-tokenbucket", "ns/op"); got != 34 {
 		t.Errorf("median of 30, 34, 90 = %v, want 34", got)
 	}
+	var plain strings.Builder
+	report(&plain, r, false)
+	if strings.Contains(plain.String(), "verdict") {
+		t.Errorf("without -targets, the report checks targets:\n%s", plain.String())
+	}
 	var sb strings.Builder
-	report(&sb, r)
+	report(&sb, r, true)
 	out := sb.String()
 	for _, want := range []string{
 		"cpu: Test CPU",

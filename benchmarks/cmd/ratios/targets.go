@@ -6,11 +6,12 @@ import (
 	"strings"
 )
 
-// ourTB is our token bucket, the reference for issue 7's targets; our
-// other limiters are named "ours-<algorithm>".
+// ourTB is our token bucket, the reference for the project's performance
+// targets; our other limiters are named "ours-<algorithm>".
 const ourTB = "ours-tokenbucket"
 
-// check is one of issue 7's targets, as measured in this run.
+// check is one of the project's performance targets, as measured in this
+// run.
 type check struct {
 	target   string
 	measured string
@@ -68,7 +69,7 @@ func (r *results) ours(groups ...string) []string {
 	return out
 }
 
-// checks evaluates issue 7's targets on the run.
+// checks evaluates the project's performance targets on the run.
 func (r *results) checks() []check {
 	var cs []check
 	add := func(c check) { cs = append(cs, c) }
@@ -172,7 +173,7 @@ func (r *results) checks() []check {
 
 func reportTargets(w io.Writer, r *results) {
 	cs := r.checks()
-	fmt.Fprintf(w, "Issue 7's targets, in this run:\n\n| target | measured | verdict |\n|---|---|---|\n")
+	fmt.Fprintf(w, "Performance targets, in this run:\n\n| target | measured | verdict |\n|---|---|---|\n")
 	for _, c := range cs {
 		m := c.measured
 		if !c.ran {
