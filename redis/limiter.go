@@ -42,6 +42,8 @@ type algorithm interface {
 	// span is at least how long a key takes to come to rest, in ns: how
 	// long events booked on Redis may still count against the limit.
 	span() int64
+	// period is how long an empty allowance takes to refill, in ns.
+	period() int64
 }
 
 // reply is what every script's step returns:
@@ -185,6 +187,11 @@ func honoursContext(c Client) bool {
 
 // Limit returns the most events the limiter allows a key at once.
 func (l *limiter) Limit() int { return l.limit }
+
+// Window returns how long a key's allowance takes to come back from empty
+// to full if nothing more is consumed, as the in-memory limiter of the
+// same kind says (httplimit's RateLimit-Policy w).
+func (l *limiter) Window() time.Duration { return time.Duration(l.alg.period()) }
 
 // Allow reports whether one event for key may happen now, and records it
 // if so. When Redis fails it returns the failure policy's answer (false

@@ -273,3 +273,11 @@ return {status + 1, allowed, rn, rf, delay, ceil(xn, xf)}
 
 // span is capacity intervals plus 1 ns: a bucket refills within it.
 func (a *tbAlgo) span() int64 { return a.tauNs + 1 }
+
+// period is capacity/rate rounded up to the nanosecond.
+func (a *tbAlgo) period() int64 {
+	if a.tauFr > 0 {
+		return a.tauNs + 1
+	}
+	return a.tauNs
+}

@@ -86,3 +86,6 @@ func (a *windowAlgo) decision(r *reply, _ int64) ratelimit.Decision {
 // span is two windows: the sliding window counter's previous window weighs
 // for one more window; the others come to rest within one.
 func (a *windowAlgo) span() int64 { return 2 * a.window }
+
+// period is the rate's period.
+func (a *windowAlgo) period() int64 { return a.window }
