@@ -133,6 +133,7 @@ func main() {
 	usec := map[string][]float64{}   // server usec per call of the script
 	cmds := map[string][]float64{}   // commands per decision
 	allocs := map[string][]float64{} // Go heap allocations per decision
+	hot := map[string][]float64{}    // decisions/s on one key, 64 goroutines
 	order := make([]int, len(impls))
 	for i := range order {
 		order[i] = i
@@ -183,6 +184,31 @@ func main() {
 				par[g][impls[j].name] = append(par[g][impls[j].name], float64(n.Load())/time.Since(t0).Seconds())
 			}
 		}
+		// One hot key: every goroutine on the same key, token bucket and
+		// redis_rate in a random order: what one node sustains for it.
+		for _, j := range rng.Perm(2) {
+			im := impls[[]int{0, 1}[j]]
+			var n atomic.Int64
+			var wg sync.WaitGroup
+			deadline := time.Now().Add(*block)
+			t0 := time.Now()
+			for range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c := int64(0)
+					for time.Now().Before(deadline) {
+						if !im.allow(ctx, "hot") {
+							wrong.Add(1)
+						}
+						c++
+					}
+					n.Add(c)
+				}()
+			}
+			wg.Wait()
+			hot[im.name] = append(hot[im.name], float64(n.Load())/time.Since(t0).Seconds())
+		}
 		// Server side and allocations, one implementation at a time.
 		rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
 		for _, j := range order {
@@ -213,6 +239,11 @@ func main() {
 		fatal("%d calls off the allow path, %d errors: the figures would not be Redis decisions", wrong.Load(), errs.Load())
 	}
 	report(names, serial, par, usec, cmds, allocs)
+	hm, hlo, hhi := spread(hot["tokenbucket"])
+	pm, _, _ := spread(hot["redis_rate"])
+	rm, rlo, rhi := spread(ratios(hot["tokenbucket"], hot["redis_rate"]))
+	fmt.Printf("\nOne hot key, 64 goroutines: token bucket %.0f decisions/s (%.0f–%.0f), redis_rate %.0f; ratio %.2f× (%.2f–%.2f)\n",
+		hm, hlo, hhi, pm, rm, rlo, rhi)
 }
 
 type cmdStat struct {
