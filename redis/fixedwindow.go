@@ -88,6 +88,7 @@ local function reset(s, k)
 end
 `, body: `
 W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[9])
+aligned = nil
 st, c = nil, nil
 local corrupt
 v, corrupt = get(key)

@@ -14,8 +14,8 @@ import (
 
 // ErrUnavailable matches the errors of calls to Redis that failed (the
 // server unreachable, an error reply, no answer within the timeout). They
-// reach the OnError hook, and WaitN under FailClosed; other methods answer
-// with the failure policy instead.
+// reach the OnError hook, and under FailClosed the caller of AllowN,
+// Reserve and WaitN; under the other policies the policy answers instead.
 var ErrUnavailable = errors.New("ratelimit: redis unavailable")
 
 // ErrCorruptState is what the OnError hook hears when a key held a value

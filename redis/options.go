@@ -15,14 +15,22 @@ type FailurePolicy int
 
 const (
 	// FailLocal answers from an in-memory limiter of the same kind and
-	// parameters, kept by each limiter instance: while Redis is down, each
-	// service instance enforces the limit on its own, so the total across
-	// n instances is up to n times the limit. It is the default: neither
-	// unlimited nor an outage.
+	// parameters, kept by each limiter instance, which also records what
+	// Redis booked for this instance: while Redis is down, each service
+	// instance enforces the limit on its own, starting from what it has
+	// consumed, so one instance never gets more than the limit across the
+	// failure and n instances together up to n times the limit. For as
+	// long as a key takes to come to rest after a failure, AllowN allows
+	// only what Redis and the local limiter both allow (Redis may have
+	// come back without its state). It is the default: neither unlimited
+	// nor an outage.
 	FailLocal FailurePolicy = iota
-	// FailOpen allows every request while Redis is down.
+	// FailOpen allows every request while Redis is down, answering as for
+	// a key without history (Remaining Limit-n, no delays).
 	FailOpen
-	// FailClosed refuses every request while Redis is down.
+	// FailClosed refuses every request while Redis is down: AllowN,
+	// Reserve and WaitN return an error matching ErrUnavailable, Allow
+	// false.
 	FailClosed
 )
 
@@ -118,8 +126,10 @@ func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = 
 func WithFailurePolicy(p FailurePolicy) Option { return func(c *config) { c.policy = p } }
 
 // WithOnError sets a function called with the key and the error each time
-// a call to Redis fails and the failure policy answers instead; the error
-// matches ErrUnavailable and wraps the cause. It is for logging and
+// a call to Redis fails and the failure policy answers instead (the error
+// matches ErrUnavailable and wraps the cause), and each time a key held a
+// value the limiter could not have written and was started afresh
+// (ErrCorruptState; the decision is then Redis's). It is for logging and
 // metrics: it runs on the caller's goroutine and must not block. Keys may
 // be personal data (client IPs): take care what you log.
 func WithOnError(f func(key string, err error)) Option { return func(c *config) { c.onError = f } }

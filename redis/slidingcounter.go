@@ -107,6 +107,7 @@ local function put(s, p, c)
 end
 `, body: `
 W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[9])
+aligned = nil
 st, prev, cur = nil, nil, nil
 local corrupt
 v, corrupt = get(key)

@@ -27,6 +27,11 @@ const (
 // server's clock: it is the same GCRA, keeping per key the theoretical
 // arrival time (TAT) in integer nanoseconds plus an exact fraction.
 //
+// Reservation.Cancel follows the in-memory type: before the booked time,
+// it gives back the tokens no later booking has claimed, so cancelling the
+// latest booking restores the bucket exactly, and cancelling an earlier
+// one never lets later bookings burst above the capacity.
+//
 // Each decision is one round trip running a Lua script. The key holds the
 // TAT as a string "<Unix ns> <numerator>" with a TTL ending at most 2 ms
 // after the bucket is full again (TAT <= now, the key at rest); a key at
