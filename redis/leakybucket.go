@@ -68,20 +68,22 @@ func (a *lbAlgo) decision(r *reply, _ int64) ratelimit.Decision {
 
 // lbScript mirrors the core's lbAlgo.step and unstep. Instants are ns
 // relative to now with a numerator over den (see luaPrelude). Its replies
-// are the token bucket's; the cancel token is the booked instant.
+// and cancel token are the token bucket's (the end of the queue for the
+// TAT): Cancel gives back only the tail of the queue, not yet started.
 var lbScript = script{name: "lb", defs: luaFraction, body: luaFractionBegin + `
 -- The end of the queue; a missing key is an empty queue (end = now).
-local en, ef, corrupt = get_instant()
+local corrupt
+tn, tf, corrupt = get_instant()
+local en, ef = tn, tf
 local status = 0
 if corrupt then status = 2 end
 
 if op == 'u' then
   if corrupt then redis.call('DEL', key); return 2 end
-  local act = rel(ARGV[5])
-  if not held or act < 0 then return 0 end -- started: the events have acted
-  local sn, sf = sub(en, ef, nivn, nivf)
-  if ceil(sn, sf) ~= act then return 0 end -- not the tail
-  put(sn, sf)
+  -- Started (the events have acted), or not the tail: its slots stay,
+  -- empty.
+  if not held or not cancellable() then return 0 end
+  put(sub(en, ef, nivn, nivf))
   return 1
 end
 
@@ -109,7 +111,7 @@ local fn, ff = sub(taun, tauf, xn, xf)
 local allowed = 0
 if delay == 0 then allowed = 1 end
 if op == 'r' then
-  return {status + 1, allowed, fn, ff, delay, ceil(xn, xf), abs(delay)}
+  return {status + 1, allowed, fn, ff, delay, ceil(xn, xf), token(delay, xn, xf)}
 end
 return {status + 1, allowed, fn, ff, delay, ceil(xn, xf)}
 `}

@@ -189,6 +189,20 @@ local function get_instant()
   return 0, 0
 end
 
+-- cancellable reports whether the booking of the cancel token ARGV[5],
+-- "<act> <end ns> <end numerator>", is not yet due (its act has not
+-- passed) and is the latest still held: the key's instant (tn, tf, read
+-- by get_instant) is still the end it left.
+local tn, tf
+local function cancellable()
+  local a, es, ef = string.match(ARGV[5], '^(%-?%d+) (%-?%d+) (%d+)$')
+  return a ~= nil and rel(a) >= 0 and rel(es) == tn and tonumber(ef) == tf
+end
+
+-- token is the cancel token of a booking acting at act that left the
+-- instant (xn, xf).
+local function token(act, xn, xf) return abs(act) .. ' ' .. abs(xn) .. ' ' .. frac(xf) end
+
 -- put stores the instant sn + sf/den until it passes, or deletes the key
 -- if it has passed (the key is then at rest).
 local function put(sn, sf)
@@ -222,36 +236,27 @@ held = false
 //
 // A step ('s', or 'r' for a booking that may be cancelled) replies
 // {status, allowed, remNs, remFr, retryAfter (the delay), resetAfter}, and a
-// booking also the cancel token "<act> <next ns> <next numerator>": the
+// booking also the cancel token "<act> <end ns> <end numerator>": the
 // booked instant and the TAT the booking left. status is 1 if the step
 // booked, plus 2 if the key held a value the script could not have written
 // (replaced: the key starts afresh).
 //
-// An unstep ('u', the token in ARGV[5]) gives back what no later booking
-// has claimed, if the booking is not yet due: with k the tokens booked
-// since (TAT - next, k intervals), n - min(k, n) tokens, so that
-// cancelling the latest booking restores the TAT it found.
+// An unstep ('u', the token in ARGV[5]) gives the booking back whole if it
+// is not yet due and is the latest booking still held (the TAT is still
+// the one it left): the TAT moves back n intervals, to where the booking
+// found it. Otherwise it gives nothing back: later bookings are timed to
+// follow it, and its tokens given to a new booking would let that one act
+// together with them.
 var tbScript = script{name: "tb", defs: luaFraction, body: luaFractionBegin + `
-local tn, tf, corrupt = get_instant()
+local corrupt
+tn, tf, corrupt = get_instant()
 local status = 0
 if corrupt then status = 2 end
 
 if op == 'u' then
-  local a, xs, xf = string.match(ARGV[5], '^(%-?%d+) (%-?%d+) (%d+)$')
   if corrupt then redis.call('DEL', key); return 2 end
-  if not held or rel(a) < 0 then return 0 end -- due: the tokens were spent
-  local xn = rel(xs)
-  xf = tonumber(xf)
-  local sn, sf
-  if le(tn, tf, xn, xf) then -- nothing booked since: all n back
-    sn, sf = sub(tn, tf, nivn, nivf)
-  else
-    local ln, lf = sub(tn, tf, xn, xf) -- k intervals booked since
-    if le(nivn, nivf, ln, lf) then return 0 end -- k >= n: nothing back
-    -- n - k back: TAT - (n - k) intervals
-    sn, sf = sub(tn, tf, sub(nivn, nivf, ln, lf))
-  end
-  put(sn, sf)
+  if not held or not cancellable() then return 0 end
+  put(sub(tn, tf, nivn, nivf))
   return 1
 end
 
@@ -271,7 +276,7 @@ local rn, rf = sub(taun, tauf, xn, xf)
 local allowed = 0
 if delay == 0 then allowed = 1 end
 if op == 'r' then
-  return {status + 1, allowed, rn, rf, delay, ceil(xn, xf), abs(delay) .. ' ' .. abs(xn) .. ' ' .. frac(xf)}
+  return {status + 1, allowed, rn, rf, delay, ceil(xn, xf), token(delay, xn, xf)}
 end
 return {status + 1, allowed, rn, rf, delay, ceil(xn, xf)}
 `}
