@@ -34,7 +34,9 @@
 // the same scripts run by EVALSHA (EVAL when Redis answers NOSCRIPT).
 // State and expiry are written by one SET … PXAT where Redis says it has
 // it (7.0 on; SET then PEXPIREAT before). Reservation.Cancel sends one
-// more script, which gives the booking back if it is not yet due. Redis
+// more script, which gives the booking back as the in-memory limiter
+// would (not after it is due; for the buckets, only while no later booking
+// is held). Redis
 // 3.2 or later is needed (the scripts read TIME before writing); the tests
 // run against Redis 7.
 //

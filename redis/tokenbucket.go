@@ -27,10 +27,12 @@ const (
 // server's clock: it is the same GCRA, keeping per key the theoretical
 // arrival time (TAT) in integer nanoseconds plus an exact fraction.
 //
-// Reservation.Cancel follows the in-memory type: before the booked time,
-// it gives back the tokens no later booking has claimed, so cancelling the
-// latest booking restores the bucket exactly, and cancelling an earlier
-// one never lets later bookings burst above the capacity.
+// Reservation.Cancel follows the in-memory type: at or before the booked
+// time, it gives a booking back whole if it is the latest booking still
+// held on its key (the bucket is then exactly as if it had never been
+// made), and nothing otherwise (later bookings are timed to follow it), so
+// that whatever the order of Allow, Reserve and Cancel at most C + ⌊r·D⌋
+// events conform in any interval of length D.
 //
 // Each decision is one round trip running a Lua script. The key holds the
 // TAT as a string "<Unix ns> <numerator>" with a TTL ending at most 2 ms
