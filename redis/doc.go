@@ -44,11 +44,11 @@
 // call, TIME, GET, SET); the sliding log reads the start of its list with
 // one LRANGE and writes its floor key only when it moves. Redis runs
 // scripts one at a time, so the decisions one key can get per second are
-// bounded by one node, whatever the number of clients: about 1/(the
-// script's time plus the call's), measured at 25,000 to 40,000 per second
-// for one token-bucket key on a loaded 2-core machine (make bench-redis
-// prints it). Spread hot keys over a cluster's nodes, or in front of Redis
-// add WithDenyCache for keys flooded with requests that will be denied.
+// bounded by the one node that holds it, whatever the number of clients
+// or of nodes: about one per script time plus the call's own cost in
+// Redis (make bench-redis measures this ceiling for one hot key). Keys
+// spread over a cluster's nodes; a key flooded with requests that will be
+// denied is better answered locally (WithDenyCache).
 //
 // # Clock
 //
