@@ -95,7 +95,7 @@ v, corrupt = get(key)
 if v then
   local a, b = string.match(v, '^(%-?%d+) (%d+)$')
   if a then st, c = rel(a), tonumber(b) end
-  if not a or c > L or st > hz or (-st < W and (st - align()) % W ~= 0) then
+  if not a or c > L or st > hz + SKEW or (-st < W and (st - align()) % W ~= 0) then
     corrupt, st, c = true, nil, nil
   end
 end

@@ -34,6 +34,10 @@ package redis
 const luaPrelude = `
 local E9 = 1000000000
 local FAR = 9000000000000000
+-- How far beyond what an algorithm ever books a stored instant may lie and
+-- still be taken as written by this package: a day, for a master whose
+-- clock is behind the one that wrote it. Further is corrupt.
+local SKEW = 86400 * E9
 -- The call's keys and arguments and what begin reads from them.
 local KEYS, ARGV, key, op, pad, n
 local now_s, now_ns, clocked

@@ -114,7 +114,7 @@ v, corrupt = get(key)
 if v then
   local a, b, c = string.match(v, '^(%-?%d+) (%d+) (%d+)$')
   if a then st, prev, cur = rel(a), tonumber(b), tonumber(c) end
-  if not a or prev > L or cur > L or st > hz or
+  if not a or prev > L or cur > L or st > hz + SKEW or
       (-st < 2 * W and (st - align()) % W ~= 0) then
     corrupt, st = true, nil
   end

@@ -142,7 +142,7 @@ local function load()
       if not string.match(e, '^%-?%d+$') then return false end
       newest = rel(e)
     end
-    if newest > hz then return false end
+    if newest > hz + SKEW then return false end
   end
   local fv, wrong = get(fkey)
   if wrong then return false end
@@ -150,7 +150,7 @@ local function load()
   if fv then
     if not string.match(fv, '^%-?%d+$') then return false end
     floor = rel(fv)
-    if floor > hz + W then return false end
+    if floor > hz + W + SKEW then return false end
   end
   floor0 = floor
   return true

@@ -183,7 +183,7 @@ local function get_instant()
     end
     if r then
       local f = tonumber(b)
-      if f < den and r <= hz + taun + 1 then held = true; return r, f end
+      if f < den and r <= hz + taun + SKEW then held = true; return r, f end
     end
     held = true
     return 0, 0, true
