@@ -103,7 +103,7 @@ bench:
 ## REDISROUNDS=9 REDISCALLS=3000 for a longer run.
 REDISROUNDS ?= 7
 REDISCALLS ?= 2000
-REDISBLOCK ?= 150ms
+REDISBLOCK ?= 250ms
 bench-redis:
 	cd benchmarks && $(GO) run ./cmd/redisbench -rounds $(REDISROUNDS) -calls $(REDISCALLS) -block $(REDISBLOCK)
 

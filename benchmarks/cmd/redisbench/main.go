@@ -7,8 +7,9 @@
 //     implementation once, in a random order per iteration, on the same
 //     key index; the latency of each call is summed per implementation.
 //   - parallel, at 8 and at 64 goroutines (one connection each): in each
-//     round, one block of BLOCK per implementation, the blocks in a random
-//     order; decisions per second per block.
+//     round, BLOCK per implementation cut into SLICES blocks, alternated
+//     between the implementations in a new random order each time;
+//     decisions per second over each implementation's blocks.
 //   - server side: per implementation, CONFIG RESETSTAT, CALLS serial
 //     calls, then INFO commandstats: the script's usec_per_call and the
 //     commands Redis ran per decision; and the Go heap allocations per
@@ -50,7 +51,8 @@ import (
 var (
 	rounds = flag.Int("rounds", 5, "interleaved rounds")
 	calls  = flag.Int("calls", 2000, "serial iterations per round (each calls every implementation once)")
-	block  = flag.Duration("block", 150*time.Millisecond, "length of one parallel block")
+	block  = flag.Duration("block", 250*time.Millisecond, "parallel time per implementation per round, at each parallelism")
+	cuts   = flag.Int("slices", 10, "blocks the parallel time is cut into, alternated between implementations")
 )
 
 type impl struct {
@@ -157,31 +159,42 @@ func main() {
 		for j, im := range impls {
 			serial[im.name] = append(serial[im.name], float64(tot[j])/float64(*calls))
 		}
-		// Parallel: alternating blocks in a random order.
+		// Parallel: alternating blocks, in a new random order each time;
+		// each implementation's figure sums its blocks of the round, so
+		// that a burst of load on the machine (longer than a block) falls
+		// on all of them alike.
 		for _, g := range []int{8, 64} {
-			rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
-			for _, j := range order {
-				var n atomic.Int64
-				var wg sync.WaitGroup
-				deadline := time.Now().Add(*block)
-				t0 := time.Now()
-				for w := range g {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						c, i := int64(0), w*7919
-						for time.Now().Before(deadline) {
-							if !impls[j].allow(ctx, keys[i&1023]) {
-								wrong.Add(1)
+			sum := make([]int64, len(impls))
+			took := make([]time.Duration, len(impls))
+			for range *cuts {
+				rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+				for _, j := range order {
+					var n atomic.Int64
+					var wg sync.WaitGroup
+					deadline := time.Now().Add(*block / time.Duration(*cuts))
+					t0 := time.Now()
+					for w := range g {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							c, i := int64(0), w*7919
+							for time.Now().Before(deadline) {
+								if !impls[j].allow(ctx, keys[i&1023]) {
+									wrong.Add(1)
+								}
+								i++
+								c++
 							}
-							i++
-							c++
-						}
-						n.Add(c)
-					}()
+							n.Add(c)
+						}()
+					}
+					wg.Wait()
+					sum[j] += n.Load()
+					took[j] += time.Since(t0)
 				}
-				wg.Wait()
-				par[g][impls[j].name] = append(par[g][impls[j].name], float64(n.Load())/time.Since(t0).Seconds())
+			}
+			for j, im := range impls {
+				par[g][im.name] = append(par[g][im.name], float64(sum[j])/took[j].Seconds())
 			}
 		}
 		// One hot key: every goroutine on the same key, token bucket and
