@@ -21,7 +21,8 @@ import (
 // Where the library is missing (a fresh server, a FUNCTION FLUSH, a new
 // master that never had it), the first call that finds it so loads it on
 // every master and calls again. Where Functions are unavailable (Redis
-// before 7.0, or FUNCTION and FCALL renamed away), the limiter falls back
+// before 7.0, FUNCTION and FCALL renamed away, or not allowed to the
+// client by an ACL), the limiter falls back
 // for good to the same scripts by EVALSHA, and EVAL when Redis answers
 // NOSCRIPT. Clients other than go-redis's *Client, *ClusterClient and
 // *Ring use EVALSHA and EVAL only.
@@ -127,8 +128,13 @@ func missingFunction(err error) bool {
 }
 
 // unknownCommand reports whether err is Redis refusing a command it does
-// not know (Redis before 7.0, or the command renamed away).
+// not know (Redis before 7.0, or the command renamed away) or that this
+// client may not run (an ACL that allows scripts but not Functions).
 func unknownCommand(err error) bool {
 	var re goredis.Error
-	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "ERR unknown command")
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "ERR unknown command") || strings.HasPrefix(msg, "NOPERM")
 }

@@ -93,4 +93,19 @@ func TestFunctionsAndFallback(t *testing.T) {
 			t.Error("the limiter did not note that Redis lacks Functions")
 		}
 	})
+	t.Run("functions not allowed", func(t *testing.T) {
+		srv := ownServer(t)
+		admin := newClient(t, srv.addr, true)
+		if err := admin.Do(bg, "ACL", "SETUSER", "limiter", "on", ">pw", "~*", "+@all", "-fcall", "-function").Err(); err != nil {
+			t.Fatal(err)
+		}
+		client := goredis.NewClient(&goredis.Options{Addr: srv.addr, Username: "limiter", Password: "pw", ContextTimeoutEnabled: true})
+		t.Cleanup(func() { client.Close() })
+		mc := ratelimit.NewManualClock(start)
+		core, rds := pairFor(t, c, mc, client)
+		runTrace(t, c, mc, core, rds, 5, 60)
+		if !rds.(*TokenBucket).fns.none.Load() {
+			t.Error("the limiter did not fall back from Functions refused by an ACL")
+		}
+	})
 }
