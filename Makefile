@@ -18,6 +18,9 @@ demo:
 			if (length(s) > 80) n++ } END { if (n) { print n " lines over 80 columns" > "/dev/stderr"; exit 1 } }'; \
 		echo; \
 	done
+	@echo "== cd grpclimit && go run ./examples/grpcserver"
+	@cd grpclimit && $(GO) run ./examples/grpcserver | LC_ALL=C awk '{ print; s = $$0; gsub(/[\200-\277]/, "", s); \
+		if (length(s) > 80) n++ } END { if (n) { print n " lines over 80 columns" > "/dev/stderr"; exit 1 } }'
 
 ## svg: redraw docs/algorithms.svg, the five algorithms on one trace, from
 ## examples/algorithms (its test fails when the committed file differs).

@@ -99,7 +99,7 @@ func newBulkheadConfig(limit int, opts []BulkheadOption) (bulkheadConfig, error)
 	}
 	switch {
 	case c.maxWait < 0:
-		return c, fmt.Errorf("%w: bulkhead max wait must not be negative, got %v", ErrInvalidOption, c.maxWait)
+		return c, fmt.Errorf("%w: bulkhead max wait must not be negative, got %s", ErrInvalidOption, readable(int64(c.maxWait)))
 	case c.maxWaiters < 0:
 		return c, fmt.Errorf("%w: bulkhead max waiters must not be negative, got %d", ErrInvalidOption, c.maxWaiters)
 	case c.clock == nil:
@@ -121,7 +121,7 @@ func (c *bulkheadConfig) timeoutError() error {
 	if c.maxWait == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: no permit within the maximum wait of %v", ErrBulkheadFull, c.maxWait)
+	return fmt.Errorf("%w: no permit within the maximum wait of %s", ErrBulkheadFull, readable(int64(c.maxWait)))
 }
 
 // WithMaxWait bounds how long Acquire waits for a permit: past d it gives

@@ -10,6 +10,13 @@ import (
 // through its Clock, so tests and simulations can drive it with a
 // ManualClock. All limiters that share state must share a clock.
 //
+// The in-memory limiters keep time as integer nanoseconds within the years
+// 1970 to 2116: a reading outside that range acts as the nearest end of it
+// (time.Time{}, the year 1, acts as 1970), so while a clock reads outside,
+// the limiter's time stands still: nothing refills and a wait for a later
+// instant lasts until the clock reaches it. The system clock is always
+// inside.
+//
 // Implementations must be safe for concurrent use.
 type Clock interface {
 	// Now returns the current time.
@@ -56,7 +63,7 @@ type nanoClock struct {
 	clock  Clock
 	system bool
 	start  time.Time // monotonic anchor, system clock only
-	base   int64     // start.UnixNano()
+	base   int64     // start on the limiter's time line
 }
 
 func newNanoClock(c Clock) nanoClock {
@@ -67,29 +74,68 @@ func newNanoClock(c Clock) nanoClock {
 	n := nanoClock{clock: c, system: sys}
 	if sys {
 		n.start = time.Now()
-		n.base = n.start.UnixNano()
+		n.base = clampNanos(n.start)
 	}
 	return n
 }
 
-// Limiters see time within [minNanos, maxNanos] (years 1970 to 2116): a
-// clock outside is clamped, so that an instant plus a few spans of maxSpan,
-// or minus another instant, never overflows int64. The system clock is
-// always inside.
+// The limiter's time line is Unix nanoseconds within [minNanos, maxNanos]
+// (years 1970 to 2116). A clock reading outside is clamped: for a limiter,
+// time stands still before 1970 and after 2116. The bounds keep every sum of
+// an instant and a few spans of maxSpan, or a difference of two instants,
+// within int64. The system clock is read as an offset from an instant
+// inside them.
 const (
 	minNanos = 0
 	maxNanos = 1 << 62
 )
 
-// now returns the current time in Unix nanoseconds.
+// maxSpan bounds the spans every algorithm keeps ahead of now: capacity ×
+// interval, a window, and how far ahead Reserve books. An instant plus three
+// such spans stays within int64. It is about 36.5 years.
+const maxSpan = int64(1) << 60
+
+// maxSpanText is maxSpan in error text.
+const maxSpanText = "2^60 ns, about 36.5 years"
+
+var (
+	minTime = time.Unix(0, minNanos)
+	maxTime = time.Unix(0, maxNanos)
+)
+
+// clampNanos returns t in Unix nanoseconds, clamped to [minNanos,
+// maxNanos]. It compares t itself first: t.UnixNano is undefined outside
+// the years 1678 to 2262, so converting before clamping would wrap.
+func clampNanos(t time.Time) int64 {
+	switch {
+	case t.Before(minTime):
+		return minNanos
+	case t.After(maxTime):
+		return maxNanos
+	}
+	return t.UnixNano()
+}
+
+// now returns the current instant on the limiter's time line.
 func (n *nanoClock) now() int64 {
 	if n.system {
 		return n.base + int64(time.Since(n.start))
 	}
-	return min(max(n.clock.Now().UnixNano(), minNanos), maxNanos)
+	return clampNanos(n.clock.Now())
 }
 
-// timeOf converts a nanosecond instant of this clock into a time.Time.
+// nanosOf converts a reading t of this clock to the limiter's time line:
+// the inverse of timeOf, and what now returns for a reading of t.
+func (n *nanoClock) nanosOf(t time.Time) int64 {
+	if n.system {
+		return n.base + int64(t.Sub(n.start))
+	}
+	return clampNanos(t)
+}
+
+// timeOf converts an instant of the limiter's time line to a time.Time on
+// this clock. For a clock reading within the time line, nanosOf(timeOf(ns))
+// is ns.
 func (n *nanoClock) timeOf(ns int64) time.Time {
 	if n.system {
 		return n.start.Add(time.Duration(ns - n.base))

@@ -57,7 +57,7 @@ type fwAlgo struct {
 // NewFixedWindow returns a fixed-window limiter of rate.N events per
 // window of rate.Period, per key. It returns an error matching
 // ErrInvalidRate if the rate's count or period is not positive, if the
-// count does not fit in an int, or if the period exceeds 36 years.
+// count does not fit in an int, or if the period exceeds about 36.5 years (2⁶⁰ ns).
 func NewFixedWindow(rate Rate, opts ...Option) (*FixedWindow, error) {
 	limit, window, err := windowParams(rate)
 	if err != nil {
@@ -81,7 +81,7 @@ func windowParams(rate Rate) (limit, window int64, err error) {
 		return 0, 0, fmt.Errorf("%w: limit %d does not fit in an int", ErrInvalidRate, rate.N)
 	}
 	if int64(rate.Period) > maxSpan {
-		return 0, 0, fmt.Errorf("%w: window %v is longer than %v", ErrInvalidRate, rate.Period, time.Duration(maxSpan))
+		return 0, 0, fmt.Errorf("%w: a window of %s is longer than a window may span (%s)", ErrInvalidRate, readable(int64(rate.Period)), maxSpanText)
 	}
 	return rate.N, int64(rate.Period), nil
 }
@@ -130,14 +130,14 @@ func (a *fwAlgo) current(s *fwState, now int64) (start, count int64) {
 	return s.start, s.count
 }
 
-func (a *fwAlgo) step(s *fwState, now, n, maxWait int64) (d Decision, act int64, ok bool) {
+func (a *fwAlgo) step(s *fwState, now, n, maxWait int64) (d Decision, b booked, ok bool) {
 	start, count := a.current(s, now)
 	d.Limit = int(a.limit)
 	if n == 0 {
 		d.Allowed = true
 		d.Remaining = a.remaining(start, count, now)
 		d.ResetAfter = a.resetAfter(start, count, now)
-		return d, now, true
+		return d, booked{act: now}, true
 	}
 	// The first window from start with room: start itself, or the next one,
 	// which is empty since nothing is ever booked beyond the key's window.
@@ -145,13 +145,13 @@ func (a *fwAlgo) step(s *fwState, now, n, maxWait int64) (d Decision, act int64,
 	if n > a.limit-count {
 		target, total = start+a.window, n
 	}
-	act = max(now, target)
+	act := max(now, target)
 	delay := act - now
 	if (maxWait >= 0 && delay > maxWait) || delay > maxSpan {
 		d.Remaining = a.remaining(start, count, now)
 		d.RetryAfter = durationNs(delay)
 		d.ResetAfter = a.resetAfter(start, count, now)
-		return d, act, false
+		return d, booked{act: act}, false
 	}
 	s.start, s.count = target, total
 	d.Allowed = delay == 0
@@ -160,7 +160,7 @@ func (a *fwAlgo) step(s *fwState, now, n, maxWait int64) (d Decision, act int64,
 	}
 	d.RetryAfter = durationNs(delay)
 	d.ResetAfter = a.resetAfter(target, total, now)
-	return d, act, true
+	return d, booked{act: act}, true
 }
 
 // remaining is how many more events the window start, holding count, lets
@@ -185,8 +185,8 @@ func (a *fwAlgo) resetAfter(start, count, now int64) time.Duration {
 // is still the one they were booked in. The window of a booking made ahead
 // stays the key's window (closed before its start) even when it counts
 // nothing after the Cancel.
-func (a *fwAlgo) unstep(s *fwState, n, act, at int64) {
-	if at > act || windowStart(act, a.window) != s.start {
+func (a *fwAlgo) unstep(s *fwState, n int64, b booked, at int64) {
+	if at > b.act || windowStart(b.act, a.window) != s.start {
 		return // due, or booked in a window whose count is forgotten
 	}
 	s.count -= min(n, s.count)

@@ -12,7 +12,8 @@ import (
 // back the same through String.
 func FuzzParseRate(f *testing.F) {
 	for _, s := range []string{"2/s", "150/day", "5 per 2s", "1000/h", "7/1m30s", "0/s", "-1/s",
-		"1/0s", "9223372036854775807/ns", "1/2562047h", "1/106751d", "x", "/", "1 per", "3/seconds", "1/µs"} {
+		"1/0s", "9223372036854775807/ns", "1/2562047h", "1/106751d", "x", "/", "1 per", "3/seconds", "1/µs",
+		"5/2min", "10/2hrs", "10/2 days", "5 per 2 minutes", "1/1m 30s", "1/3MS", "1/9223372036854775807ns"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -66,8 +67,8 @@ var fuzzAlgorithms = []struct {
 }
 
 type fuzzStepper interface {
-	step(now, n, maxWait int64) (Decision, int64, bool)
-	unstep(n, act, at int64)
+	step(now, n, maxWait int64) (Decision, booked, bool)
+	unstep(n int64, b booked, at int64)
 }
 
 // stateStepper drives one key's state through an algo's pure step.
@@ -77,7 +78,7 @@ type stateStepper[S any] struct {
 	fresh bool
 }
 
-func (s *stateStepper[S]) step(now, n, maxWait int64) (Decision, int64, bool) {
+func (s *stateStepper[S]) step(now, n, maxWait int64) (Decision, booked, bool) {
 	if s.fresh {
 		s.a.init(&s.s, now)
 		s.fresh = false
@@ -85,7 +86,7 @@ func (s *stateStepper[S]) step(now, n, maxWait int64) (Decision, int64, bool) {
 	return s.a.step(&s.s, now, n, maxWait)
 }
 
-func (s *stateStepper[S]) unstep(n, act, at int64) { s.a.unstep(&s.s, n, act, at) }
+func (s *stateStepper[S]) unstep(n int64, b booked, at int64) { s.a.unstep(&s.s, n, b, at) }
 
 func satAdd(a, b int64) int64 {
 	if b > 0 && a > math.MaxInt64-b {
@@ -104,6 +105,8 @@ func FuzzAlgorithmStep(f *testing.F) {
 	f.Add(uint8(0), int64(math.MaxInt64), int64(1), uint16(65535), int64(1), []byte{9, 8, 7, 6, 5, 4, 3, 2, 1})
 	f.Add(uint8(0), int64(3), int64(time.Second), uint16(5), int64(math.MaxInt64), []byte{128, 0, 0, 0, 0, 0, 0, 0, 3, 3})
 	f.Add(uint8(0), int64(10), int64(13*time.Second), uint16(3), int64(-1), []byte{1, 0, 0, 0, 0, 0, 0, 128, 2})
+	f.Add(uint8(0), int64(1), int64(math.MaxInt64), uint16(1000), int64(0), []byte{0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1})
+	f.Add(uint8(1), int64(math.MaxInt64), int64(math.MaxInt64-1), uint16(3), int64(0), []byte{0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1})
 	f.Fuzz(func(t *testing.T, alg uint8, n, period int64, capacity uint16, start int64, ops []byte) {
 		spec := fuzzAlgorithms[int(alg)%len(fuzzAlgorithms)]
 		rate := Rate{N: n, Period: time.Duration(period)}
@@ -117,8 +120,11 @@ func FuzzAlgorithmStep(f *testing.F) {
 		now := min(max(start, minNanos), maxNanos)
 		first, furthest := int64(math.MinInt64), now // first: the instant of the first step
 		var allowed int64
-		type booking struct{ n, act int64 }
-		var booked []booking
+		type booking struct {
+			n  int64
+			bk booked
+		}
+		var bookings []booking
 		for len(ops) >= 9 {
 			dt := int64(binary.LittleEndian.Uint64(ops))
 			k := int64(ops[8]) % int64(limit+1)
@@ -129,11 +135,11 @@ func FuzzAlgorithmStep(f *testing.F) {
 			switch {
 			case dt&3 == 1:
 				maxWait = noMaxWait
-			case dt&3 == 2 && len(booked) > 0:
-				b := booked[len(booked)-1]
-				booked = booked[:len(booked)-1]
-				stepper.unstep(b.n, b.act, now)
-				if now <= b.act {
+			case dt&3 == 2 && len(bookings) > 0:
+				b := bookings[len(bookings)-1]
+				bookings = bookings[:len(bookings)-1]
+				stepper.unstep(b.n, b.bk, now)
+				if now <= b.bk.act {
 					allowed -= b.n
 				}
 				continue
@@ -141,7 +147,8 @@ func FuzzAlgorithmStep(f *testing.F) {
 			if first == math.MinInt64 {
 				first, furthest = now, now
 			}
-			d, act, ok := stepper.step(now, k, maxWait)
+			d, bk, ok := stepper.step(now, k, maxWait)
+			act := bk.act
 			if d.Remaining < 0 || d.Remaining > limit || d.Limit != limit {
 				t.Fatalf("remaining %d of limit %d (decision limit %d)", d.Remaining, limit, d.Limit)
 			}
@@ -156,7 +163,7 @@ func FuzzAlgorithmStep(f *testing.F) {
 			}
 			if ok && k > 0 {
 				allowed += k
-				booked = append(booked, booking{k, act})
+				bookings = append(bookings, booking{k, bk})
 				if act > furthest {
 					// A booking ahead is allowed at act: measure the bound there.
 					furthest = act

@@ -13,15 +13,27 @@ type algo[S any] interface {
 	init(s *S, now int64)
 	// step decides n events at now. They are booked if they conform by
 	// now+maxWait (maxWait < 0: no bound; 0: now or never). n == 0 is a
-	// peek and changes nothing. act is when the booked events conform.
-	step(s *S, now, n, maxWait int64) (d Decision, act int64, ok bool)
-	// unstep gives back n events booked to conform at act, if at <= act.
-	unstep(s *S, n, act, at int64)
+	// peek and changes nothing. b.act is when the booked events conform
+	// (if not ok, when they could).
+	step(s *S, now, n, maxWait int64) (d Decision, b booked, ok bool)
+	// unstep gives back what it may of n events booked as b, if at <=
+	// b.act; never more than b took, and never anything a later booking
+	// has claimed.
+	unstep(s *S, n int64, b booked, at int64)
 	// atRest reports whether the state was back to a full allowance with
 	// nothing booked at now: dropping it changes no later decision. The
 	// store may ask with a now in the past (now minus a grace period): a
 	// state touched after that instant must not be at rest then.
 	atRest(s *S, now int64) bool
+}
+
+// booked is what a step booked, as unstep needs it to give the booking
+// back: act, when the events conform, and end, where the booking left the
+// key's state (the token bucket's TAT, the leaky bucket's queue end);
+// algorithms that keep no such mark leave end zero.
+type booked struct {
+	act int64
+	end ftime
 }
 
 // keyed runs an algorithm per key on the shared store and implements the
@@ -97,18 +109,18 @@ func (k *keyed[S, A]) Limit() int { return k.limit }
 
 // book implements booker; n has been validated. A peek (n == 0) creates
 // no key: it steps a scratch state of the shard's.
-func (k *keyed[S, A]) book(key string, n int, now, maxWait int64) (Decision, int64, bool) {
+func (k *keyed[S, A]) book(key string, n int, now, maxWait int64) (Decision, booked, bool) {
 	h, s, _ := k.st.lock(key, now, n > 0)
-	d, act, ok := k.alg.step(s, now, int64(n), maxWait)
+	d, b, ok := k.alg.step(s, now, int64(n), maxWait)
 	h.unlock()
-	return d, act, ok
+	return d, b, ok
 }
 
 // unbook implements booker.
-func (k *keyed[S, A]) unbook(key string, n int, act, at int64) {
+func (k *keyed[S, A]) unbook(key string, n int, b booked, at int64) {
 	h, s, fresh := k.st.lock(key, at, false)
 	if !fresh { // an evicted key has nothing booked to give back
-		k.alg.unstep(s, int64(n), act, at)
+		k.alg.unstep(s, int64(n), b, at)
 	}
 	h.unlock()
 }

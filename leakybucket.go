@@ -52,19 +52,18 @@ package ratelimit
 // could succeed in time).
 //
 // Cancel, at or before the booking's time to act (the start of its first
-// slot), gives its places back when the booking is the tail of the queue: every booking made after it has
-// already been given back by its own Cancel. The queue then ends where the
-// booking began, so the next booking takes its slots. Cancelling bookings in
-// the reverse order of booking thus gives every one back. A booking with a
-// later booking still in the queue cannot be given back without moving that
-// booking off the slot it was promised, or keeping state per booking: its
-// slots stay in the queue, empty (the output idles through them), and their
-// places free as the queue drains past them. This is exact for rates up to
-// one event per nanosecond; for faster rates, whose slots are finer than the
-// clock, a Cancel may also give back a booking that is not the tail, which
-// never lets more than C events into the queue but may let two bookings
-// share a nanosecond. Cancel after the time to act gives nothing back: the
-// events have acted.
+// slot), gives its places back when the booking is the tail of the queue:
+// every booking made after it has already been given back by its own
+// Cancel. The queue then ends where the booking began, so the next booking
+// takes its slots. Cancelling bookings in the reverse order of booking thus
+// gives every one back. A booking with a later booking still in the queue
+// cannot be given back without moving that booking off the slot it was
+// promised, or keeping state per booking: its slots stay in the queue,
+// empty (the output idles through them), and their places free as the
+// queue drains past them. The tail is told exactly at any rate, also when
+// slots are finer than the clock: the booking remembers where it left the
+// queue's end. Cancel after the time to act gives nothing back: the events
+// have acted.
 //
 // A clock that moves backwards never frees places: the queue is measured
 // from the new time back to the same end, so it looks fuller, and its end
@@ -100,7 +99,8 @@ type lbAlgo tbAlgo
 // NewLeakyBucket returns a leaky bucket per key: a queue of capacity events
 // drained at rate. It returns an error matching ErrInvalidRate if the
 // rate's count or period is not positive, and ErrInvalidCapacity if
-// capacity is not positive or capacity/rate exceeds 73 years.
+// capacity is not positive or capacity/rate (the time a full queue takes to
+// drain) exceeds about 36.5 years (2⁶⁰ ns).
 func NewLeakyBucket(rate Rate, capacity int, opts ...Option) (*LeakyBucket, error) {
 	params, err := newTBAlgo(rate, capacity)
 	if err != nil {
@@ -138,7 +138,7 @@ func (a *lbAlgo) free(full, end ftime) int {
 	return int(min(a.iv.count(a.iv.diff(full, end)), a.capacity))
 }
 
-func (a *lbAlgo) step(s *lbState, now, n, maxWait int64) (d Decision, act int64, ok bool) {
+func (a *lbAlgo) step(s *lbState, now, n, maxWait int64) (d Decision, b booked, ok bool) {
 	start := s.end // the booking's first slot: the queue's end, or now if empty
 	if start.ns < now {
 		start = ftime{ns: now}
@@ -150,7 +150,7 @@ func (a *lbAlgo) step(s *lbState, now, n, maxWait int64) (d Decision, act int64,
 		d.Allowed = true
 		d.Remaining = a.free(full, start)
 		d.ResetAfter = durationNs(delay)
-		return d, now, true
+		return d, booked{act: now}, true
 	}
 	end := a.iv.add(start, n)
 	fits := end.notAfter(full)
@@ -163,30 +163,27 @@ func (a *lbAlgo) step(s *lbState, now, n, maxWait int64) (d Decision, act int64,
 		d.Remaining = a.free(full, start)
 		d.RetryAfter = durationNs(retry)
 		d.ResetAfter = durationNs(delay)
-		return d, now + retry, false
+		return d, booked{act: now + retry}, false
 	}
 	s.end = end // at most C/r <= maxSpan ahead of now: fits saw to it
 	d.Allowed = delay == 0
 	d.Remaining = a.free(full, end)
 	d.RetryAfter = durationNs(delay)
 	d.ResetAfter = durationNs(end.ceilNs() - now)
-	return d, now + delay, true
+	return d, booked{act: now + delay, end: end}, true
 }
 
-// unstep gives back a booking of n slots whose first slot starts at act
-// (rounded up), if its slot has not started (at <= act) and it is the tail
-// of the queue. With slots of 1 ns or more, the tail is recognised exactly:
-// any other booking starts at least one slot, so at least 1 ns, earlier
-// than end - n/r.
-func (a *lbAlgo) unstep(s *lbState, n, act, at int64) {
-	if at > act {
-		return // started: the events have acted
+// unstep gives back a booking of n slots that ended the queue at b.end,
+// if its first slot has not started (at <= b.act) and it is the tail of
+// the queue: the queue still ends at b.end. That is exact at any rate: a
+// booking ends the queue strictly later than the queue ended before it,
+// and the queue's end comes back only to where a cancelled tail began, so
+// while a booking is held no other ends where it does.
+func (a *lbAlgo) unstep(s *lbState, n int64, b booked, at int64) {
+	if at > b.act || s.end != b.end {
+		return // started, or not the tail: its slots stay, empty
 	}
-	start := a.iv.sub(s.end, n)
-	if start.ceilNs() != act {
-		return // not the tail: its slots stay, empty
-	}
-	s.end = start
+	s.end = a.iv.sub(s.end, n)
 }
 
 var _ Limiter = (*LeakyBucket)(nil)

@@ -357,6 +357,27 @@ func TestLeakyBucketSubNanosecondSlots(t *testing.T) {
 	}
 }
 
+// TestLeakyBucketCancelFastRate: with slots finer than the clock (10 per
+// 3 ns, 0.3 ns each), bookings share a nanosecond, yet Cancel tells the
+// tail exactly: b, between a and c, gives nothing back, and c does.
+func TestLeakyBucketCancelFastRate(t *testing.T) {
+	lb, _ := newTestLB(t, Per(10, 3), 5) // the queue holds 1.5 ns
+	lbReserve(t, lb, "k", 1)             // [0, 0.3)
+	b := lbReserve(t, lb, "k", 1)        // [0.3, 0.6), acts at 1 ns
+	c := lbReserve(t, lb, "k", 1)        // [0.6, 0.9), acts at 1 ns too
+	if b.Delay() != 1 || c.Delay() != 1 {
+		t.Fatalf("delays %v, %v; want 1ns, 1ns", b.Delay(), c.Delay())
+	}
+	b.Cancel() // not the tail
+	if d := lbAllowN(t, lb, "k", 0); d.Remaining != 2 {
+		t.Fatalf("after cancelling b: %+v; want 2 places free (the queue still ends at 0.9 ns)", d)
+	}
+	c.Cancel() // the tail: the queue ends at 0.6 ns
+	if d := lbAllowN(t, lb, "k", 0); d.Remaining != 3 {
+		t.Fatalf("after cancelling c: %+v; want 3 places free", d)
+	}
+}
+
 // TestLeakyBucketErrors: invalid arguments return errors matching the
 // sentinels, never panics.
 func TestLeakyBucketErrors(t *testing.T) {

@@ -22,7 +22,6 @@ package ratelimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"time"
 )
@@ -48,7 +47,8 @@ type Limiter interface {
 
 	// Reserve books n events for key at the earliest time they conform
 	// and returns the booking. The caller waits Reservation.Delay before
-	// acting, or calls Cancel to give the booking back. ctx bounds the call
+	// acting, or calls Cancel to give back what it can (see
+	// Reservation.Cancel). ctx bounds the call
 	// itself (a round trip to a backend), not the delay. A booking that
 	// cannot be made (a full queue, or more than 36 years ahead) is returned
 	// with OK false, having booked nothing.
@@ -64,7 +64,8 @@ type Limiter interface {
 	// context.DeadlineExceeded. (A deadline is an instant of real time: the
 	// time left before it is measured by the time package, whatever the
 	// limiter's Clock.) If ctx ends during the wait the booking is
-	// given back and ctx.Err() returned.
+	// cancelled, giving back what Reservation.Cancel does, and ctx.Err()
+	// returned.
 	WaitN(ctx context.Context, key string, n int) error
 }
 
@@ -102,10 +103,14 @@ var (
 	ErrExceedsLimit = errors.New("ratelimit: n exceeds the limit")
 	// ErrNegativeN means n < 0.
 	ErrNegativeN = errors.New("ratelimit: n is negative")
-	// ErrInvalidRate means a rate's count or period is not positive, or a
-	// rate string could not be parsed.
+	// ErrInvalidRate means a rate's count or period is not positive, a
+	// rate string could not be parsed, or a rate does not fit the
+	// algorithm (a window longer than about 36.5 years, a limit too large
+	// for an int or for a sliding log).
 	ErrInvalidRate = errors.New("ratelimit: invalid rate")
-	// ErrInvalidCapacity means a capacity or limit is not positive.
+	// ErrInvalidCapacity means a capacity or limit is not positive, or is
+	// too large to represent: a bucket that would take more than about
+	// 36.5 years to refill at its rate.
 	ErrInvalidCapacity = errors.New("ratelimit: invalid capacity")
 	// ErrInvalidOption means an option's value is out of range.
 	ErrInvalidOption = errors.New("ratelimit: invalid option")
@@ -125,9 +130,9 @@ type LimitError struct {
 
 func (e *LimitError) Error() string {
 	if e.Deadline {
-		return fmt.Sprintf("ratelimit: wait of %v would exceed the context deadline", e.RetryAfter)
+		return "ratelimit: wait of " + readable(int64(e.RetryAfter)) + " would exceed the context deadline"
 	}
-	return fmt.Sprintf("ratelimit: rate limited, retry after %v", e.RetryAfter)
+	return "ratelimit: rate limited, retry after " + readable(int64(e.RetryAfter))
 }
 
 // Is makes errors.Is match ErrLimited, and context.DeadlineExceeded when
@@ -137,7 +142,8 @@ func (e *LimitError) Is(target error) bool {
 }
 
 // Reservation is a booking of n events made by Reserve. The events may
-// happen after Delay; Cancel gives back what is not yet due.
+// happen after Delay; Cancel gives back what it can of a booking not yet
+// due.
 //
 // A Reservation whose OK is false booked nothing. Methods are safe for
 // concurrent use; Cancel acts at most once.
@@ -146,6 +152,8 @@ type Reservation struct {
 	decision Decision
 	act      time.Time // when the events conform
 	clock    Clock
+	line     *nanoClock // the in-memory limiter's time line; nil if from NewReservation
+	actNs    int64      // act on line
 	cancel   func(at time.Time)
 	done     atomic.Bool
 }
@@ -156,7 +164,8 @@ type Reservation struct {
 //
 // act is the time the booked events conform, read on clock. cancel, if not
 // nil, is called at most once by Cancel with the clock's time, and must
-// give back what is not yet due at that time; it must not block.
+// give back no more than Cancel's contract allows at that time; it must
+// not block.
 func NewReservation(clock Clock, ok bool, d Decision, act time.Time, cancel func(at time.Time)) *Reservation {
 	if clock == nil {
 		clock = systemClock{}
@@ -175,19 +184,27 @@ func (r *Reservation) OK() bool { return r.ok }
 func (r *Reservation) Decision() Decision { return r.decision }
 
 // TimeToAct returns when the booked events conform, on the limiter's clock.
+// The in-memory limiters see their clock within the years 1970 to 2116 (see
+// Clock); a clock reading outside acts as the nearest end of that range, so
+// for a clock before 1970 the time to act is 1970 or later.
 func (r *Reservation) TimeToAct() time.Time { return r.act }
 
 // Delay returns how long from now, on the limiter's clock, until the
 // booked events conform; zero if that time has come. For a reservation
-// that is not OK it returns the decision's RetryAfter.
+// that is not OK it returns the decision's RetryAfter. Right after Reserve
+// it is the decision's RetryAfter, whatever the clock reads.
 func (r *Reservation) Delay() time.Duration {
 	return r.DelayFrom(r.clock.Now())
 }
 
-// DelayFrom is like Delay, measured from t.
+// DelayFrom is like Delay, measured from t. For the in-memory limiters t
+// is read as the limiter reads its clock, clamped to the years 1970 to 2116.
 func (r *Reservation) DelayFrom(t time.Time) time.Duration {
 	if !r.ok {
 		return r.decision.RetryAfter
+	}
+	if r.line != nil {
+		return durationNs(r.actNs - r.line.nanosOf(t))
 	}
 	if d := r.act.Sub(t); d > 0 {
 		return d
@@ -195,10 +212,19 @@ func (r *Reservation) DelayFrom(t time.Time) time.Duration {
 	return 0
 }
 
-// Cancel gives back the booked events that are not yet due: if the time to
-// act has not passed (on the limiter's clock), all of them, as if never
-// booked, so later requests may use them; otherwise nothing. Cancelling
-// twice, or cancelling a reservation that is not OK, does nothing.
+// Cancel gives back what it can of the booking, so that later requests may
+// use it, and never more than would let the limiter pass more events than
+// its bound. Once the time to act has passed (on the limiter's clock) it
+// gives back nothing: the events have acted. Before that, what comes back
+// depends on the algorithm and on what was booked after this booking on
+// the same key; each algorithm's doc says exactly. In short: the latest
+// booking on a key is always given back whole, as if never made, so
+// cancelling bookings latest first gives every one back. An earlier one,
+// while a later one is held, is given back whole by FixedWindow,
+// SlidingWindowCounter and SlidingLog (within the limits their docs state)
+// and not at all by TokenBucket and LeakyBucket, whose later bookings are
+// timed to follow it. Cancelling twice, or cancelling a reservation that is
+// not OK, does nothing.
 func (r *Reservation) Cancel() {
 	r.cancelAt(r.clock.Now())
 }
@@ -225,8 +251,8 @@ func validN(n, max int) error {
 // Reserve plumbing: a step that books n events for key at now, provided
 // they conform within maxWait.
 type booker interface {
-	book(key string, n int, now, maxWait int64) (d Decision, act int64, ok bool)
-	unbook(key string, n int, act, at int64)
+	book(key string, n int, now, maxWait int64) (d Decision, b booked, ok bool)
+	unbook(key string, n int, b booked, at int64)
 }
 
 // reserve implements Reserve for an in-memory algorithm; maxWait < 0 means
@@ -236,13 +262,10 @@ func reserve(b booker, nc *nanoClock, key string, n, limit int, maxWait int64) (
 		return nil, err
 	}
 	now := nc.now()
-	d, act, ok := b.book(key, n, now, maxWait)
-	r := &Reservation{ok: ok, decision: d, act: nc.timeOf(act), clock: nc.clock}
+	d, bk, ok := b.book(key, n, now, maxWait)
+	r := &Reservation{ok: ok, decision: d, act: nc.timeOf(bk.act), clock: nc.clock, line: nc, actNs: bk.act}
 	if ok && n > 0 {
-		r.cancel = func(at time.Time) { b.unbook(key, n, act, at.UnixNano()) }
-		if nc.system {
-			r.cancel = func(at time.Time) { b.unbook(key, n, act, nc.base+int64(at.Sub(nc.start))) }
-		}
+		r.cancel = func(at time.Time) { b.unbook(key, n, bk, nc.nanosOf(at)) }
 	}
 	return r, nil
 }
@@ -280,21 +303,27 @@ func waitN(ctx context.Context, b booker, nc *nanoClock, key string, n, limit in
 	return sleepReservation(ctx, r)
 }
 
-// sleepReservation waits until r is due; if ctx ends first it cancels r
-// and returns ctx.Err().
+// sleepReservation waits until r is due on the limiter's time line; if ctx
+// ends first it cancels r and returns ctx.Err(). While the clock reads
+// before 1970 the limiter's time stands still, so the wait lasts until the
+// clock itself reaches the time to act (the timer then waits the longer of
+// the two measures); after 2116 it stands still too, and the wait lasts
+// until the clock comes back or ctx ends.
 func sleepReservation(ctx context.Context, r *Reservation) error {
-	delay := r.Delay()
-	if delay <= 0 {
-		return nil
-	}
-	t := r.clock.NewTimer(delay)
-	select {
-	case <-t.C():
-		return nil
-	case <-ctx.Done():
-		t.Stop()
-		r.Cancel()
-		return ctx.Err()
+	for {
+		now := r.clock.Now()
+		delay := r.DelayFrom(now)
+		if delay <= 0 {
+			return nil
+		}
+		t := r.clock.NewTimer(max(delay, r.act.Sub(now)))
+		select {
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+			r.Cancel()
+			return ctx.Err()
+		}
 	}
 }
 

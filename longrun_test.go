@@ -117,8 +117,8 @@ type lrDriver interface {
 type lrPure struct{ s fuzzStepper }
 
 func (p lrPure) step(now, maxWait int64) (int64, bool) {
-	_, act, ok := p.s.step(now, 1, maxWait)
-	return act, ok
+	_, b, ok := p.s.step(now, 1, maxWait)
+	return b.act, ok
 }
 
 // lrAllow runs Allow on one key of a limiter on a ManualClock.

@@ -30,9 +30,17 @@ type Pair struct {
 // give-back if it was denied. Otherwise ds is not touched. AllowAll does not
 // allocate for up to 8 pairs of in-memory limiters.
 //
-// The limiters of this package are booked at their own clock's now and,
-// on a denial, given back exactly, as of the instant they were booked, even
-// if their clock has moved on since. A limiter from outside this package
+// The limiters of this package are booked at their own clock's now, and
+// nothing they booked survives a denial. TokenBucket and LeakyBucket, which
+// can give a booking back only while it is the latest on its key, are
+// first checked without booking and booked once every in-memory pair has
+// allowed, so that a denial has nothing to give back there, whatever
+// others book on the same keys meanwhile; the others are booked and, on a
+// denial, given back exactly, as of the instant they were booked, even if
+// their clock has moved on since. (A pair that allowed on the check and
+// denies when booked, having lost a race for the key's last room, has the
+// buckets booked before it given back as Cancel would: exactly unless a
+// concurrent booking followed them on their key.) A limiter from outside this package
 // (the Redis backend, your own) offers no such give-back: its Reservation's
 // Cancel returns only what is not yet due, and an allowed event is due at
 // once. So AllowAll asks such limiters last, with AllowN, and only once
@@ -93,9 +101,10 @@ func WaitAll(ctx context.Context, n int, pairs []Pair) error {
 // a second burst on top of them. So when the events do not conform now
 // under every pair, nothing is booked, the Reservation is not OK, and its
 // Delay is the RetryAfter of AllowAll: when to ask again. Cancel of an OK
-// reservation gives back, at each in-memory pair, what is not yet due on
-// that limiter's clock (nothing once its clock has moved past the booking,
-// as for any Reservation); it cannot give back at outside limiters.
+// reservation gives back, at each in-memory pair, what Reservation.Cancel
+// would on that limiter's clock (nothing once its clock has moved past the
+// booking, and on a token or leaky bucket nothing if a later booking on the
+// key is held); it cannot give back at outside limiters.
 func ReserveAll(ctx context.Context, n int, pairs []Pair) (*Reservation, error) {
 	ps := append([]Pair(nil), pairs...) // the cancel func outlives the caller's slice
 	ds := make([]Decision, len(ps))
@@ -110,7 +119,7 @@ func ReserveAll(ctx context.Context, n int, pairs []Pair) (*Reservation, error) 
 		r.cancel = func(time.Time) {
 			for i := range ps {
 				if bk[i].booked {
-					bk[i].mem.multiUnbook(ps[i].Key, n, bk[i].act, false)
+					bk[i].mem.multiUnbook(ps[i].Key, n, bk[i].bk, false)
 				}
 			}
 		}
@@ -252,26 +261,38 @@ const stackPairs = 8
 type inMemory interface {
 	Limit() int
 	multiClock() Clock
-	multiBook(key string, n int) (d Decision, act int64, ok bool)
-	// multiUnbook gives back n events booked to conform at act: all of
-	// them if rollback, as of the booking instant; otherwise only if the
-	// limiter's clock has not passed act.
-	multiUnbook(key string, n int, act int64, rollback bool)
+	multiBook(key string, n int) (d Decision, b booked, ok bool)
+	// multiUnbook gives back n events booked as b, as Cancel does: if
+	// rollback, as of the booking instant; otherwise only if the limiter's
+	// clock has not passed b.act.
+	multiUnbook(key string, n int, b booked, rollback bool)
 	multiPeek(key string) Decision
+	// latestOnly reports whether the limiter gives a booking back only
+	// while it is the latest on its key (the token and leaky buckets).
+	// AllowAll checks such pairs before it books them: a booking that a
+	// concurrent one on the same key has followed could not be given back
+	// on a denial.
+	latestOnly() bool
+	// multiCheck is the Decision multiBook would take now, booking nothing,
+	// and that now, for multiBookAt. Only for a limiter that is
+	// latestOnly, whose state is a plain value.
+	multiCheck(key string, n int) (d Decision, now int64)
+	// multiBookAt is multiBook at now, an instant multiCheck read.
+	multiBookAt(key string, n int, now int64) (d Decision, b booked, ok bool)
 }
 
 func (k *keyed[S, A]) multiClock() Clock { return k.nc.clock }
 
-func (k *keyed[S, A]) multiBook(key string, n int) (Decision, int64, bool) {
+func (k *keyed[S, A]) multiBook(key string, n int) (Decision, booked, bool) {
 	return k.book(key, n, k.nc.now(), 0)
 }
 
-func (k *keyed[S, A]) multiUnbook(key string, n int, act int64, rollback bool) {
-	at := act
+func (k *keyed[S, A]) multiUnbook(key string, n int, b booked, rollback bool) {
+	at := b.act
 	if !rollback {
 		at = k.nc.now()
 	}
-	k.unbook(key, n, act, at)
+	k.unbook(key, n, b, at)
 }
 
 func (k *keyed[S, A]) multiPeek(key string) Decision {
@@ -279,11 +300,37 @@ func (k *keyed[S, A]) multiPeek(key string) Decision {
 	return d
 }
 
+func (k *keyed[S, A]) latestOnly() bool {
+	switch any(k.alg).(type) {
+	case *tbAlgo, *lbAlgo:
+		return true
+	}
+	return false
+}
+
+func (k *keyed[S, A]) multiCheck(key string, n int) (Decision, int64) {
+	now := k.nc.now()
+	h, s, _ := k.st.lock(key, now, false)
+	saved := *s // a plain value (see latestOnly): restoring it unbooks
+	d, _, _ := k.alg.step(s, now, int64(n), 0)
+	*s = saved
+	h.unlock()
+	return d, now
+}
+
+// multiBookAt saves the second clock read of a pair that was checked:
+// the booking follows the check by the time the other pairs take.
+func (k *keyed[S, A]) multiBookAt(key string, n int, now int64) (Decision, booked, bool) {
+	return k.book(key, n, now, 0)
+}
+
 // booking records what allowAll booked under one pair.
 type booking struct {
-	mem    inMemory // nil for an outside limiter
-	act    int64
-	booked bool // an in-memory booking to give back on a denial
+	mem      inMemory // nil for an outside limiter
+	bk       booked
+	booked   bool  // an in-memory booking to give back on a denial
+	deferred bool  // checked on the first pass, to be booked once all allow
+	checked  int64 // when it was checked
 }
 
 // validatePairs checks n and pairs before anything is booked, and notes
@@ -307,20 +354,59 @@ func validatePairs(n int, pairs []Pair, bk []booking) error {
 }
 
 // allowAll implements AllowAll; ds and bk have len(pairs).
+//
+// In-memory pairs are asked first, in order. Those that give back only
+// their latest booking (latestOnly) are checked, not booked, on that first
+// pass, and booked on a second pass once every in-memory pair has allowed;
+// the last of them, if no other in-memory pair follows it, is booked at
+// once, since nothing after it can deny. So a denial by an in-memory pair
+// leaves nothing booked on such a pair, and a concurrent booking on its key
+// cannot keep the give-back from being exact. Only a pair that allowed on
+// the check and denies on the booking, a lost race, has such pairs to give
+// back.
 func allowAll(ctx context.Context, n int, pairs []Pair, ds []Decision, bk []booking) (Decision, error) {
 	if err := validatePairs(n, pairs, bk); err != nil {
 		return Decision{}, err
 	}
+	last := -1 // the last in-memory pair
+	for i := range pairs {
+		if bk[i].mem != nil {
+			last = i
+		}
+	}
 	allowed := true
+	deferred := false
 	for i := range pairs {
 		b := &bk[i]
 		if b.mem == nil {
 			continue
 		}
-		d, act, ok := b.mem.multiBook(pairs[i].Key, n)
+		if n > 0 && b.mem.latestOnly() && (i != last || !allowed) {
+			ds[i], b.checked = b.mem.multiCheck(pairs[i].Key, n)
+			b.deferred = true
+			deferred = true
+			allowed = allowed && ds[i].Allowed
+			continue
+		}
+		d, bkd, ok := b.mem.multiBook(pairs[i].Key, n)
 		ds[i] = d
-		b.act, b.booked = act, ok && n > 0
+		b.bk, b.booked = bkd, ok && n > 0
 		allowed = allowed && d.Allowed
+	}
+	if allowed && deferred {
+		for i := range pairs {
+			b := &bk[i]
+			if !b.deferred {
+				continue
+			}
+			d, bkd, ok := b.mem.multiBookAt(pairs[i].Key, n, b.checked)
+			ds[i] = d
+			b.bk, b.booked, b.deferred = bkd, ok, false
+			if !d.Allowed { // lost a race since the check
+				allowed = false
+				break
+			}
+		}
 	}
 	for i := range pairs {
 		if bk[i].mem != nil {
@@ -347,14 +433,20 @@ func allowAll(ctx context.Context, n int, pairs []Pair, ds []Decision, bk []book
 	return combine(ds), nil
 }
 
-// giveBack rolls back every in-memory booking and reads those pairs again.
+// giveBack rolls back every in-memory booking and reads those pairs again,
+// and those checked but not booked that would have allowed.
 func giveBack(n int, pairs []Pair, ds []Decision, bk []booking) {
 	for i := range pairs {
-		if b := &bk[i]; b.booked {
-			b.mem.multiUnbook(pairs[i].Key, n, b.act, true)
+		b := &bk[i]
+		switch {
+		case b.booked:
+			b.mem.multiUnbook(pairs[i].Key, n, b.bk, true)
 			b.booked = false
 			ds[i] = b.mem.multiPeek(pairs[i].Key)
+		case b.deferred && ds[i].Allowed:
+			ds[i] = b.mem.multiPeek(pairs[i].Key)
 		}
+		b.deferred = false
 	}
 }
 

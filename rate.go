@@ -75,24 +75,39 @@ func (r Rate) String() string {
 	return strconv.FormatInt(r.N, 10) + "/" + unit
 }
 
-// units names the periods ParseRate accepts after "/" or "per".
+// units names the units ParseRate accepts, in lower case.
 var units = map[string]time.Duration{
-	"ns": time.Nanosecond, "nanosecond": time.Nanosecond,
-	"us": time.Microsecond, "µs": time.Microsecond, "microsecond": time.Microsecond,
-	"ms": time.Millisecond, "millisecond": time.Millisecond,
-	"s": time.Second, "sec": time.Second, "second": time.Second,
-	"m": time.Minute, "min": time.Minute, "minute": time.Minute,
-	"h": time.Hour, "hr": time.Hour, "hour": time.Hour,
-	"d": 24 * time.Hour, "day": 24 * time.Hour,
+	"ns": time.Nanosecond, "nanosecond": time.Nanosecond, "nanoseconds": time.Nanosecond,
+	"us": time.Microsecond, "µs": time.Microsecond, "μs": time.Microsecond,
+	"microsecond": time.Microsecond, "microseconds": time.Microsecond,
+	"ms": time.Millisecond, "millisecond": time.Millisecond, "milliseconds": time.Millisecond,
+	"s": time.Second, "sec": time.Second, "secs": time.Second, "second": time.Second, "seconds": time.Second,
+	"m": time.Minute, "min": time.Minute, "mins": time.Minute, "minute": time.Minute, "minutes": time.Minute,
+	"h": time.Hour, "hr": time.Hour, "hrs": time.Hour, "hour": time.Hour, "hours": time.Hour,
+	"d": 24 * time.Hour, "day": 24 * time.Hour, "days": 24 * time.Hour,
 }
 
-// ParseRate reads a rate written as a count, "/" or "per", and a period:
-// "2/s", "150/day", "1000/h", "5 per 2s", "100 per minute", "7/1m30s".
-// A period is a unit (ns, us, ms, s, sec, second, m, min, minute, h, hr,
-// hour, d, day, and plurals of the words), a Go duration ("2s", "1m30s"),
-// or a whole number followed by a unit ("2 s" is not accepted; "2s" is).
-// The count must be a positive integer and the period positive. Errors
-// match ErrInvalidRate and say what was wrong.
+// ParseRate reads a rate written as a count, "/" or the word "per", and a
+// period: "2/s", "150/day", "1000/hr", "5 per 2s", "100 per minute",
+// "5/2min", "10/2hours", "7/1m30s".
+//
+// The count is a positive whole number. The period is either a unit, a
+// positive whole number followed by a unit ("2min", "3days", "2 hours"), or
+// a Go duration as time.ParseDuration reads it ("1m30s", "1.5h", "250ms").
+// The units, in any case, are:
+//
+//	ns, nanosecond(s)
+//	us, µs, μs, microsecond(s)
+//	ms, millisecond(s)
+//	s, sec, secs, second(s)
+//	m, min, mins, minute(s)
+//	h, hr, hrs, hour(s)
+//	d, day(s)    (24 hours)
+//
+// Spaces around the count and the period, and between a period's number
+// and its unit, are ignored. The period must be positive and at most
+// math.MaxInt64 nanoseconds (about 292 years). What Rate.String writes,
+// ParseRate reads back. Errors match ErrInvalidRate and say what was wrong.
 func ParseRate(s string) (Rate, error) {
 	fail := func(why string) (Rate, error) {
 		return Rate{}, fmt.Errorf("%w %q: %s", ErrInvalidRate, s, why)
@@ -101,12 +116,12 @@ func ParseRate(s string) (Rate, error) {
 	var count, period string
 	if i := strings.IndexByte(t, '/'); i >= 0 {
 		count, period = t[:i], t[i+1:]
-	} else if f := strings.Fields(t); len(f) == 3 && strings.EqualFold(f[1], "per") {
-		count, period = f[0], f[2]
+	} else if f := strings.Fields(t); len(f) >= 3 && strings.EqualFold(f[1], "per") {
+		count, period = f[0], strings.Join(f[2:], " ")
 	} else {
 		return fail(`want "N/period" or "N per period", e.g. "10/s" or "5 per 2s"`)
 	}
-	count, period = strings.TrimSpace(count), strings.TrimSpace(period)
+	count, period = strings.TrimSpace(count), strings.Join(strings.Fields(period), "")
 	n, err := strconv.ParseInt(count, 10, 64)
 	if err != nil {
 		return fail(fmt.Sprintf("count %q is not an integer", count))
@@ -116,7 +131,7 @@ func ParseRate(s string) (Rate, error) {
 	}
 	d, ok := parsePeriod(period)
 	if !ok {
-		return fail(fmt.Sprintf("period %q is not a unit (s, m, h, day, ...) or a duration (2s, 1m30s)", period))
+		return fail(fmt.Sprintf("period %q is not a unit (s, sec, m, min, h, hr, d, day, ...), a number and a unit (2min), or a duration (1m30s)", period))
 	}
 	if d <= 0 {
 		return fail("period must be positive")
@@ -124,17 +139,15 @@ func ParseRate(s string) (Rate, error) {
 	return Rate{N: n, Period: d}, nil
 }
 
+// parsePeriod reads a period with its spaces removed.
 func parsePeriod(p string) (time.Duration, bool) {
 	lp := strings.ToLower(p)
 	if d, ok := units[lp]; ok {
 		return d, true
 	}
-	if d, ok := units[strings.TrimSuffix(lp, "s")]; ok && len(lp) > 3 {
-		return d, true // plural words: seconds, minutes, hours, days
-	}
-	// A multiple of a unit that time.ParseDuration lacks: "2d", "2day".
+	// A whole number and a unit: "2min", "3days", "10hrs".
 	if i := strings.IndexFunc(lp, func(r rune) bool { return r < '0' || r > '9' }); i > 0 {
-		if u, ok := units[lp[i:]]; ok && u == 24*time.Hour {
+		if u, ok := units[lp[i:]]; ok {
 			k, err := strconv.ParseInt(lp[:i], 10, 64)
 			if err != nil || k > int64(1<<63-1)/int64(u) {
 				return 0, false
@@ -147,6 +160,45 @@ func parsePeriod(p string) (time.Duration, bool) {
 		return 0, false
 	}
 	return d, true
+}
+
+// within reports whether k intervals span at most span nanoseconds:
+// k·Period/N <= span, compared exactly in 128 bits (k, span >= 0).
+func (iv interval) within(k, span int64) bool {
+	period := uint64(iv.q)*uint64(iv.den) + uint64(iv.r) // the rate's Period
+	hi, lo := bits.Mul64(uint64(k), period)
+	shi, slo := bits.Mul64(uint64(span), uint64(iv.den))
+	return hi < shi || (hi == shi && lo <= slo)
+}
+
+// readable formats a duration of ns nanoseconds for error text: a Go
+// duration below two days ("1.5s", "36h"), days below a year ("400 days"),
+// and years beyond ("36.5 years", "292 years").
+func readable(ns int64) string { return readableNs(float64(ns)) }
+
+func readableNs(ns float64) string {
+	const day, year = float64(24 * time.Hour), 365.25 * float64(24*time.Hour)
+	trim := func(v float64, unit string) string {
+		s := strconv.FormatFloat(v, 'f', 1, 64)
+		if v >= 100 {
+			s = strconv.FormatFloat(v, 'f', 0, 64)
+		}
+		return strings.TrimSuffix(s, ".0") + " " + unit
+	}
+	switch a := max(ns, -ns); {
+	case a >= year:
+		return trim(ns/year, "years")
+	case a >= 2*day:
+		return trim(ns/day, "days")
+	}
+	s := time.Duration(ns).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // interval is the exact spacing of a rate, Period/N nanoseconds, as a whole
@@ -172,20 +224,22 @@ type ftime struct {
 func (iv interval) add(t ftime, k int64) ftime {
 	if k == 1 {
 		t.ns += iv.q
-		t.fr += iv.r
-		if t.fr >= iv.den {
-			t.fr -= iv.den
-			t.ns++
-		}
-		return t
+		return t.carry(iv.r, iv.den)
 	}
 	hi, lo := bits.Mul64(uint64(iv.r), uint64(k))
 	quo, rem := bits.Div64(hi, lo, uint64(iv.den)) // r < den, so hi < den
 	t.ns += iv.q*k + int64(quo)
-	t.fr += int64(rem)
-	if t.fr >= iv.den {
-		t.fr -= iv.den
+	return t.carry(int64(rem), iv.den)
+}
+
+// carry returns t plus f/den of a nanosecond, 0 <= f < den. It compares
+// before adding: t.fr + f may exceed int64 when den is above 2⁶².
+func (t ftime) carry(f, den int64) ftime {
+	if t.fr >= den-f {
+		t.fr -= den - f
 		t.ns++
+	} else {
+		t.fr += f
 	}
 	return t
 }

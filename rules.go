@@ -84,7 +84,7 @@ type Rule struct {
 
 // Window returns how long the rule's allowance takes to refill from empty
 // to full: Burst × Rate.Period / Rate.N, rounded up to the nanosecond (at
-// most about 73 years, which NewRules enforces). A client that sends at
+// most about 36.5 years, which NewRules enforces). A client that sends at
 // most Burst requests in any Window is never limited by the rule.
 func (r Rule) Window() time.Duration {
 	if !r.Rate.Valid() || r.Burst <= 0 {
@@ -123,34 +123,79 @@ type Rules struct {
 // by a new TokenBucket of rule.Rate and rule.Burst built with opts
 // (WithClock, WithMaxKeys, ...).
 //
-// It returns an error matching ErrInvalidRule for an empty class, a scope
-// that is not PerUser, PerIP or Global, or a duplicate name; ErrInvalidRate
-// for an invalid rate; ErrInvalidCapacity for a negative burst or one the
-// token bucket refuses; ErrInvalidOption for a bad option.
+// Every error matches ErrInvalidRule, names the rule (its index and its
+// text, as ParseRules would read it) and also matches ErrInvalidRate for an
+// invalid rate, ErrInvalidCapacity for a negative burst or one the token
+// bucket refuses, and ErrInvalidOption for a bad option. The other faults
+// are an empty class, a scope that is not PerUser, PerIP or Global, and a
+// duplicate name.
 func NewRules(rules []Rule, opts ...Option) (*Rules, error) {
+	return newRules(rules, opts, func(i int) string {
+		return fmt.Sprintf("%d (%s)", i, quoteRule(rules[i].text()))
+	})
+}
+
+// text writes the rule as ParseRules reads it.
+func (r Rule) text() string {
+	t := r.Class + ": " + r.Rate.String()
+	if r.Burst != 0 {
+		t += " burst " + strconv.Itoa(r.Burst)
+	}
+	t += " " + r.Scope.String()
+	if r.Name != "" {
+		t += " as " + r.Name
+	}
+	return t
+}
+
+// quoteRule quotes a rule's text for an error, cut to a readable length.
+func quoteRule(t string) string {
+	const most = 80
+	if r := []rune(t); len(r) > most {
+		t = string(r[:most]) + "…"
+	}
+	return strconv.Quote(t)
+}
+
+// ruleError is a fault in one rule. It reads "ratelimit: invalid rule
+// <where>: <cause>", the cause's own "ratelimit: " prefix dropped so that
+// the text says it once, and matches ErrInvalidRule and what the cause
+// matches.
+type ruleError struct {
+	where string
+	err   error
+}
+
+func (e *ruleError) Error() string {
+	return ErrInvalidRule.Error() + " " + e.where + ": " + strings.TrimPrefix(e.err.Error(), "ratelimit: ")
+}
+
+func (e *ruleError) Unwrap() []error { return []error{ErrInvalidRule, e.err} }
+
+// newRules implements NewRules; where(i) names rule i in errors.
+func newRules(rules []Rule, opts []Option, where func(i int) string) (*Rules, error) {
 	rs := &Rules{classes: make(map[string][]int)}
 	names := make(map[string]bool, len(rules))
 	for i, r := range rules {
-		fail := func(sentinel error, format string, args ...any) (*Rules, error) {
+		fail := func(err error) (*Rules, error) {
 			rs.Close()
-			return nil, fmt.Errorf("%w: rule %d (%s %v): %s", sentinel, i, r.Class, r.Rate, fmt.Sprintf(format, args...))
+			return nil, &ruleError{where: where(i), err: err}
 		}
 		if r.Class == "" {
-			return fail(ErrInvalidRule, "empty class")
+			return fail(errors.New("empty class"))
 		}
 		if r.Scope < PerUser || r.Scope > Global {
-			return fail(ErrInvalidRule, "scope must be PerUser, PerIP or Global, got %v", r.Scope)
+			return fail(fmt.Errorf("scope must be PerUser, PerIP or Global, got %v", r.Scope))
 		}
 		if err := r.Rate.validate(); err != nil {
-			rs.Close()
-			return nil, fmt.Errorf("%w: rule %d: %w", ErrInvalidRule, i, err)
+			return fail(err)
 		}
 		if r.Burst < 0 {
-			return fail(ErrInvalidCapacity, "burst %d is negative", r.Burst)
+			return fail(fmt.Errorf("%w: burst %d is negative", ErrInvalidCapacity, r.Burst))
 		}
 		if r.Burst == 0 {
 			if r.Rate.N > int64(maxInt) {
-				return fail(ErrInvalidCapacity, "default burst %d does not fit an int", r.Rate.N)
+				return fail(fmt.Errorf("%w: default burst %d does not fit an int", ErrInvalidCapacity, r.Rate.N))
 			}
 			r.Burst = int(r.Rate.N)
 		}
@@ -158,14 +203,13 @@ func NewRules(rules []Rule, opts ...Option) (*Rules, error) {
 			r.Name = r.Class + " " + r.Rate.String() + " " + r.Scope.String()
 		}
 		if names[r.Name] {
-			return fail(ErrInvalidRule, "duplicate name %q", r.Name)
+			return fail(fmt.Errorf("duplicate name %q", r.Name))
 		}
 		names[r.Name] = true
 		if r.Limiter == nil {
 			tb, err := NewTokenBucket(r.Rate, r.Burst, opts...)
 			if err != nil {
-				rs.Close()
-				return nil, fmt.Errorf("%w: rule %d: %w", ErrInvalidRule, i, err)
+				return fail(err)
 			}
 			r.Limiter = tb
 			rs.built = append(rs.built, tb)
@@ -198,25 +242,31 @@ const maxInt = int(^uint(0) >> 1)
 // is as ParseRate reads it, and its count may group digits with "," or "_";
 // the scope is "per user", "per ip" or "global"; "as" names the rule (the
 // rest of the line). Blank lines and text after "#" are ignored. The rules
-// are then built as by NewRules with opts. Errors name the line and match
-// ErrInvalidRule (and ErrInvalidRate for a bad rate).
+// are then built as by NewRules with opts. Errors name the line, quote
+// it, and match ErrInvalidRule (and ErrInvalidRate for a bad rate,
+// ErrInvalidCapacity for a burst the token bucket refuses).
 func ParseRules(config string, opts ...Option) (*Rules, error) {
 	var rules []Rule
-	for n, line := range strings.Split(config, "\n") {
+	var lines []int // lines[i]: the line of rules[i], from 0
+	text := strings.Split(config, "\n")
+	where := func(n int) string { return fmt.Sprintf("on line %d (%s)", n+1, quoteRule(text[n])) }
+	for n, line := range text {
 		if i := strings.IndexByte(line, '#'); i >= 0 {
 			line = line[:i]
 		}
 		line = strings.TrimSpace(line)
+		text[n] = line
 		if line == "" {
 			continue
 		}
 		r, err := parseRule(line)
 		if err != nil {
-			return nil, fmt.Errorf("%w: line %d: %w", ErrInvalidRule, n+1, err)
+			return nil, &ruleError{where: where(n), err: err}
 		}
 		rules = append(rules, r)
+		lines = append(lines, n)
 	}
-	return NewRules(rules, opts...)
+	return newRules(rules, opts, func(i int) string { return where(lines[i]) })
 }
 
 func parseRule(line string) (Rule, error) {
@@ -228,13 +278,13 @@ func parseRule(line string) (Rule, error) {
 		}
 	}
 	if sep < 0 {
-		return r, fmt.Errorf(`want "class: rate scope", e.g. "POST /posts: 1/s per user"`)
+		return r, errors.New(`want "class: rate scope", e.g. "POST /posts: 1/s per user"`)
 	}
 	r.Class = strings.TrimSpace(line[:sep])
 	f := strings.Fields(line[sep+1:])
 	if i := slices.Index(f, "as"); i >= 0 {
 		if i == len(f)-1 {
-			return r, fmt.Errorf(`"as" without a name`)
+			return r, errors.New(`"as" without a name`)
 		}
 		r.Name = strings.Join(f[i+1:], " ")
 		f = f[:i]
@@ -247,7 +297,7 @@ func parseRule(line string) (Rule, error) {
 	case len(f) >= 2 && strings.EqualFold(f[len(f)-2], "per") && strings.EqualFold(f[len(f)-1], "ip"):
 		r.Scope, f = PerIP, f[:len(f)-2]
 	default:
-		return r, fmt.Errorf(`the rate must be followed by a scope: "per user", "per ip" or "global"`)
+		return r, errors.New(`the rate must be followed by a scope: "per user", "per ip" or "global"`)
 	}
 	if len(f) >= 2 && strings.EqualFold(f[len(f)-2], "burst") {
 		b, err := strconv.Atoi(f[len(f)-1])
@@ -257,7 +307,7 @@ func parseRule(line string) (Rule, error) {
 		r.Burst, f = b, f[:len(f)-2]
 	}
 	if len(f) == 0 {
-		return r, fmt.Errorf("no rate")
+		return r, errors.New("no rate")
 	}
 	f[0] = ungroup(f[0])
 	rate, err := ParseRate(strings.Join(f, " "))

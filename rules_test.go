@@ -80,8 +80,8 @@ func TestParseRulesSyntax(t *testing.T) {
 		is     error
 		says   string
 	}{
-		{"POST /posts 1/s per user", ErrInvalidRule, "line 1: want"},
-		{"\nPOST /posts: 1/s", ErrInvalidRule, "line 2: the rate must be followed by a scope"},
+		{"POST /posts 1/s per user", ErrInvalidRule, `line 1 ("POST /posts 1/s per user"): want`},
+		{"\nPOST /posts: 1/s # no scope", ErrInvalidRule, `line 2 ("POST /posts: 1/s"): the rate must be followed by a scope`},
 		{"POST /posts: 1/s per team", ErrInvalidRule, "scope"},
 		{"POST /posts: per user", ErrInvalidRule, "no rate"},
 		{"POST /posts: 0/s per user", ErrInvalidRate, "count must be positive"},
@@ -116,6 +116,44 @@ func TestNewRulesErrors(t *testing.T) {
 	}
 	if _, err := NewRules([]Rule{{Class: "x", Rate: PerSecond(1), Scope: Global}}, WithShards(3)); !errors.Is(err, ErrInvalidOption) {
 		t.Errorf("bad option: %v", err)
+	}
+}
+
+// Rule errors say "ratelimit:" once, point at the rule (its line or index
+// and its text), print spans in units a person reads, and match
+// ErrInvalidRule as well as the sentinel of the fault.
+func TestRuleErrorText(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		is   error
+		want string
+	}{
+		{second(ParseRules("# logins\nPOST /login: 1/day burst 20000 per ip")), ErrInvalidCapacity,
+			`ratelimit: invalid rule on line 2 ("POST /login: 1/day burst 20000 per ip"): invalid capacity: a capacity of 20000 at 1/day takes 54.8 years to refill, more than a bucket may span (2^60 ns, about 36.5 years)`},
+		{second(ParseRules("GET /: 0/s global")), ErrInvalidRate,
+			`ratelimit: invalid rule on line 1 ("GET /: 0/s global"): invalid rate "0/s": count must be positive`},
+		{second(NewRules([]Rule{{Class: "a", Rate: PerSecond(1), Scope: Global}, {Class: "POST /login", Rate: PerDay(1), Burst: 20000, Scope: PerIP}})), ErrInvalidCapacity,
+			`ratelimit: invalid rule 1 ("POST /login: 1/day burst 20000 per ip"): invalid capacity: a capacity of 20000 at 1/day takes 54.8 years to refill, more than a bucket may span (2^60 ns, about 36.5 years)`},
+		{second(NewRules([]Rule{{Class: "x", Rate: PerSecond(1), Burst: -1, Scope: Global}})), ErrInvalidCapacity,
+			`ratelimit: invalid rule 0 ("x: 1/s burst -1 global"): invalid capacity: burst -1 is negative`},
+		{second(NewRules([]Rule{{Class: "x", Scope: Global}})), ErrInvalidRate,
+			`ratelimit: invalid rule 0 ("x: 0/0s global"): invalid rate: 0 per 0s (count and period must be positive)`},
+		{second(NewRules([]Rule{{Class: "x", Rate: PerSecond(1)}})), ErrInvalidRule,
+			`ratelimit: invalid rule 0 ("x: 1/s Scope(0)"): scope must be PerUser, PerIP or Global, got Scope(0)`},
+		{second(NewRules([]Rule{{Class: "x", Rate: PerSecond(1), Scope: Global}}, WithShards(3))), ErrInvalidOption,
+			`ratelimit: invalid rule 0 ("x: 1/s global"): invalid option: shards must be a power of two in [1, 65536], got 3`},
+	} {
+		if tc.err == nil || tc.err.Error() != tc.want {
+			t.Errorf("error\n %v\nwant\n %s", tc.err, tc.want)
+		}
+		if !errors.Is(tc.err, ErrInvalidRule) || !errors.Is(tc.err, tc.is) {
+			t.Errorf("%v: does not match ErrInvalidRule and %v", tc.err, tc.is)
+		}
+	}
+	long := "GET /" + strings.Repeat("x", 500) + ": 1/s per nobody"
+	_, err := ParseRules(long)
+	if err == nil || len(err.Error()) > 250 || strings.Count(err.Error(), "ratelimit:") != 1 {
+		t.Errorf("long line: %v", err)
 	}
 }
 

@@ -74,7 +74,7 @@ type swcAlgo struct {
 // NewSlidingWindowCounter returns a sliding window counter of rate.N
 // events per sliding window of rate.Period, per key. It returns an error
 // matching ErrInvalidRate if the rate's count or period is not positive, if
-// the count does not fit in an int, or if the period exceeds 36 years.
+// the count does not fit in an int, or if the period exceeds about 36.5 years (2⁶⁰ ns).
 func NewSlidingWindowCounter(rate Rate, opts ...Option) (*SlidingWindowCounter, error) {
 	limit, window, err := windowParams(rate)
 	if err != nil {
@@ -156,19 +156,20 @@ func (a *swcAlgo) earliest(prev, count, e0 int64) int64 {
 	return max(e0, a.window-int64(k))
 }
 
-func (a *swcAlgo) step(s *swcState, now, n, maxWait int64) (d Decision, act int64, ok bool) {
+func (a *swcAlgo) step(s *swcState, now, n, maxWait int64) (d Decision, b booked, ok bool) {
 	start, prev, cur := a.current(s, now)
 	d.Limit = int(a.limit)
 	if n == 0 {
 		d.Allowed = true
 		d.Remaining = a.remaining(start, prev, cur, now)
 		d.ResetAfter = a.resetAfter(start, prev, cur, now)
-		return d, now, true
+		return d, booked{act: now}, true
 	}
 	// Before the key's window (a booking ahead, a clock gone back), look
 	// from its start.
 	e0 := max(now-start, 0)
 	var next swcState // the state once booked
+	var act int64
 	found := false
 	if n <= a.limit-cur {
 		if e := a.earliest(prev, cur+n, e0); e < a.window {
@@ -189,7 +190,7 @@ func (a *swcAlgo) step(s *swcState, now, n, maxWait int64) (d Decision, act int6
 		d.Remaining = a.remaining(start, prev, cur, now)
 		d.RetryAfter = durationNs(delay)
 		d.ResetAfter = a.resetAfter(start, prev, cur, now)
-		return d, act, false
+		return d, booked{act: act}, false
 	}
 	*s = next
 	d.Allowed = delay == 0
@@ -198,7 +199,7 @@ func (a *swcAlgo) step(s *swcState, now, n, maxWait int64) (d Decision, act int6
 	}
 	d.RetryAfter = durationNs(delay)
 	d.ResetAfter = a.resetAfter(next.start, next.prev, next.cur, now)
-	return d, act, true
+	return d, booked{act: act}, true
 }
 
 // remaining is the most m such that m more events fit at now: the largest
@@ -233,11 +234,11 @@ func (a *swcAlgo) resetAfter(start, prev, cur, now int64) time.Duration {
 
 // unstep gives back n events booked to conform at act from the count of
 // their window, if the state still keeps it.
-func (a *swcAlgo) unstep(s *swcState, n, act, at int64) {
-	if at > act {
+func (a *swcAlgo) unstep(s *swcState, n int64, b booked, at int64) {
+	if at > b.act {
 		return // due: the events were spent
 	}
-	switch windowStart(act, a.window) {
+	switch windowStart(b.act, a.window) {
 	case s.start:
 		s.cur -= min(n, s.cur)
 	case s.start - a.window:

@@ -22,7 +22,7 @@ const maxLogLimit = 1 << 20
 // for a booking may have dropped older instants from the log, those that
 // would have left the window by the booked time; they do not come back, and
 // until they would have left the window the key stays closed, so a Cancel
-// never gives back more than was booked. A booking more than 36 years
+// never gives back more than was booked. A booking more than about 36.5 years
 // ahead is refused (the Reservation is not OK).
 //
 // Memory is O(L) per key: the log is a ring of L instants, 8·L bytes,
@@ -58,7 +58,7 @@ type slAlgo struct {
 // NewSlidingLog returns a sliding log of rate.N events per sliding window
 // of rate.Period, per key. It returns an error matching ErrInvalidRate if
 // the rate's count or period is not positive, if the count exceeds
-// 1,048,576, or if the period exceeds 36 years.
+// 1,048,576, or if the period exceeds about 36.5 years (2⁶⁰ ns).
 func NewSlidingLog(rate Rate, opts ...Option) (*SlidingLog, error) {
 	limit, window, err := windowParams(rate)
 	if err != nil {
@@ -173,19 +173,19 @@ func (s *slState) after(t int64) int32 {
 	return lo
 }
 
-func (a *slAlgo) step(s *slState, now, n, maxWait int64) (d Decision, act int64, ok bool) {
+func (a *slAlgo) step(s *slState, now, n, maxWait int64) (d Decision, b booked, ok bool) {
 	d.Limit = int(a.limit)
 	from := s.from(now)
 	if n == 0 {
 		d.Allowed = true
 		d.Remaining = a.remaining(s, now, from)
 		d.ResetAfter = a.resetAfter(s, now)
-		return d, now, true
+		return d, booked{act: now}, true
 	}
 	// The window (t−W, t] has room for n iff at most L−n logged instants
 	// are later than t−W, that is iff the (L−n+1)-th newest is at or before
 	// t−W: t is at least that instant plus W.
-	act = from
+	act := from
 	if j := int64(s.n) - (a.limit - n) - 1; j >= 0 {
 		act = max(act, s.at(int32(j))+a.window)
 	}
@@ -194,7 +194,7 @@ func (a *slAlgo) step(s *slState, now, n, maxWait int64) (d Decision, act int64,
 		d.Remaining = a.remaining(s, now, from)
 		d.RetryAfter = durationNs(delay)
 		d.ResetAfter = a.resetAfter(s, now)
-		return d, act, false
+		return d, booked{act: act}, false
 	}
 	if s.ring == nil {
 		s.ring = make([]int64, a.limit)
@@ -212,7 +212,7 @@ func (a *slAlgo) step(s *slState, now, n, maxWait int64) (d Decision, act int64,
 	}
 	d.RetryAfter = durationNs(delay)
 	d.ResetAfter = durationNs(act - now + a.window)
-	return d, act, true
+	return d, booked{act: act}, true
 }
 
 // remaining is how many events the window (now−W, now] has room for;
@@ -240,7 +240,8 @@ func (a *slAlgo) resetAfter(s *slState, now int64) time.Duration {
 // unstep removes n instants equal to act, the booking's, from the log, if
 // it is not yet due. Instants dropped since to make room for a later
 // booking are gone already.
-func (a *slAlgo) unstep(s *slState, n, act, at int64) {
+func (a *slAlgo) unstep(s *slState, n int64, b booked, at int64) {
+	act := b.act
 	if at > act || s.n == 0 {
 		return
 	}

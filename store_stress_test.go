@@ -311,10 +311,12 @@ func TestStressDeletesMoveLiveKeys(t *testing.T) {
 // a frozen clock every Cancel comes at or before its booking's time to
 // act, so it is owed its events back. Per key, the kept grants (Allow, and
 // bookings acting at once and not cancelled) never exceed the allowance.
-// For TokenBucket, whose Cancel gives back exactly what was booked in any
-// order, the books balance exactly: afterwards the bucket lacks exactly the
-// kept grants (Remaining and ResetAfter say so), and draining it grants
-// exactly the rest, so kept plus drained is the capacity.
+// For TokenBucket the books never show more than was given back: a Cancel
+// gives its booking back only while it is the latest on its key, so when
+// another goroutine's Allow or booking followed it, its token stays taken.
+// Afterwards the bucket lacks at least the kept grants (Remaining and
+// ResetAfter say so), draining it grants what Remaining said, and kept
+// plus drained is at most the capacity.
 func TestStressReserveCancel(t *testing.T) {
 	const keyCount = 600
 	for _, alg := range algorithms {
@@ -388,19 +390,20 @@ func TestStressReserveCancel(t *testing.T) {
 			for i, key := range keys {
 				k := int(kept[i].Load())
 				d := suitePeek(t, lim, key)
-				if d.Remaining != stressLimit-k || d.ResetAfter != time.Duration(k)*iv {
-					t.Errorf("key %q: %d kept grants; peek %+v, want Remaining %d, ResetAfter %v", key, k, d, stressLimit-k, time.Duration(k)*iv)
+				if d.Remaining > stressLimit-k || d.ResetAfter < time.Duration(k)*iv {
+					t.Errorf("key %q: %d kept grants; peek %+v, want Remaining at most %d, ResetAfter at least %v", key, k, d, stressLimit-k, time.Duration(k)*iv)
 					continue
 				}
+				drained := 0
 				for lim.Allow(key) {
-					k++
+					drained++
 				}
-				if k != stressLimit {
+				if drained != d.Remaining || k+drained > stressLimit {
 					short++
 				}
 			}
 			if short > 0 {
-				t.Errorf("%d keys: kept grants plus drained is not the capacity %d", short, stressLimit)
+				t.Errorf("%d keys: drained other than Remaining, or kept grants plus drained above the capacity %d", short, stressLimit)
 			}
 		})
 	}

@@ -1,9 +1,6 @@
 package ratelimit
 
-import (
-	"fmt"
-	"time"
-)
+import "fmt"
 
 // TokenBucket is a token bucket per key: a bucket holds up to capacity C
 // tokens, refilled continuously at rate r; an event takes one token, and is
@@ -20,9 +17,22 @@ import (
 //
 // Reserve books tokens ahead: the k-th token beyond those in the bucket is
 // due k/r after the bucket runs dry, so successive reservations are spaced
-// 1/r apart. Cancel, before the booked time, gives the n tokens back
-// exactly (TAT moves back by n/r), in any order of cancels. A clock that
-// moves backwards never mints tokens: TAT is never moved back by time.
+// 1/r apart. Cancel, at or before the booked time, gives a booking back
+// whole if it is the latest booking still held on its key: TAT moves back
+// by n/r, exactly as if the booking had never been made. Otherwise it gives
+// nothing back, and the booking's tokens stay taken, unused: bookings made
+// after it are timed to follow it, and giving its tokens to a new booking
+// would let that booking act together with them. So cancelling bookings
+// latest first gives every one back, and a booking cancelled while a later
+// one was held is not given back even once that later one is.
+//
+// Whatever the order of Allow, Reserve, Cancel and Wait, at most C + ⌊r·D⌋
+// events conform in any interval of length D. Each acts at the instant it
+// conforms rounded up to a whole nanosecond: when 1/r is a whole number of
+// nanoseconds the bound holds as is for the instants at which events act;
+// otherwise an interval of length D may hold one event more, at most
+// C + ⌈r·(D+1ns)⌉ − 1. A clock that moves backwards never mints tokens: TAT
+// is never moved back by time.
 //
 // A key is at rest when its bucket is full (TAT <= now); the store may drop
 // it then without changing any decision. State per key: 16 bytes.
@@ -46,15 +56,11 @@ type tbAlgo struct {
 	tau      ftime // C intervals: the burst tolerance
 }
 
-// maxSpan bounds capacity × interval (and the like for windows), and how
-// far ahead Reserve books, so that every sum of instants stays within int64
-// (see minNanos and maxNanos).
-const maxSpan = int64(1) << 60 // about 36 years
-
 // NewTokenBucket returns a token bucket per key of the given capacity,
 // refilled at rate. It returns an error matching ErrInvalidRate if the
 // rate's count or period is not positive, and ErrInvalidCapacity if
-// capacity is not positive or capacity/rate exceeds 36 years.
+// capacity is not positive or capacity/rate (the time the bucket takes to
+// refill from empty) exceeds about 36.5 years (2⁶⁰ ns).
 func NewTokenBucket(rate Rate, capacity int, opts ...Option) (*TokenBucket, error) {
 	alg, err := newTBAlgo(rate, capacity)
 	if err != nil {
@@ -75,8 +81,10 @@ func newTBAlgo(rate Rate, capacity int) (*tbAlgo, error) {
 		return nil, fmt.Errorf("%w: capacity must be positive, got %d", ErrInvalidCapacity, capacity)
 	}
 	iv := rate.interval()
-	if int64(capacity) > maxSpan/max(iv.q+1, 1) {
-		return nil, fmt.Errorf("%w: capacity %d at %v spans more than %v", ErrInvalidCapacity, capacity, rate, time.Duration(maxSpan))
+	if !iv.within(int64(capacity), maxSpan) {
+		span := float64(capacity) * float64(rate.Period) / float64(rate.N)
+		return nil, fmt.Errorf("%w: a capacity of %d at %v takes %s to refill, more than a bucket may span (%s)",
+			ErrInvalidCapacity, capacity, rate, readableNs(span), maxSpanText)
 	}
 	return &tbAlgo{iv: iv, capacity: int64(capacity), tau: iv.add(ftime{}, int64(capacity))}, nil
 }
@@ -105,7 +113,7 @@ func (a *tbAlgo) init(s *tbState, now int64) { s.tat = ftime{ns: now} }
 
 func (a *tbAlgo) atRest(s *tbState, now int64) bool { return s.tat.notAfter(ftime{ns: now}) }
 
-func (a *tbAlgo) step(s *tbState, now, n, maxWait int64) (d Decision, act int64, ok bool) {
+func (a *tbAlgo) step(s *tbState, now, n, maxWait int64) (d Decision, b booked, ok bool) {
 	base := s.tat
 	if base.ns < now {
 		base = ftime{ns: now}
@@ -121,7 +129,7 @@ func (a *tbAlgo) step(s *tbState, now, n, maxWait int64) (d Decision, act int64,
 		d.Remaining = int(min(a.iv.count(a.iv.diff(full, base)), a.capacity))
 		d.RetryAfter = durationNs(delay)
 		d.ResetAfter = durationNs(base.ceilNs() - now)
-		return d, now + delay, false
+		return d, booked{act: now + delay}, false
 	}
 	if n > 0 { // a peek changes nothing, not even a TAT in the past
 		s.tat = next
@@ -132,12 +140,25 @@ func (a *tbAlgo) step(s *tbState, now, n, maxWait int64) (d Decision, act int64,
 	}
 	d.RetryAfter = durationNs(delay)
 	d.ResetAfter = durationNs(next.ceilNs() - now)
-	return d, now + delay, true
+	return d, booked{act: now + delay, end: next}, true
 }
 
-func (a *tbAlgo) unstep(s *tbState, n, act, at int64) {
-	if at > act {
-		return // due: the tokens were spent
+// unstep gives back a booking of n tokens that moved TAT to b.end, if at
+// <= b.act and it is the latest booking still held: TAT is still b.end.
+// TAT then moves back n intervals, to where the booking found it, exactly
+// as if it had never been made. A booking with a later one still held gives
+// nothing back: its slots stay booked, empty. Giving back any of them would
+// let a new booking take slots that the later bookings, already timed, sit
+// on, and the events of both would act closer together than the rate
+// allows; what a partial give-back could safely return depends on when
+// those bookings act, which TAT does not record.
+//
+// TAT is b.end only if every booking made after this one has been given
+// back: each booking leaves TAT beyond where it found it, and a give-back
+// returns it only to where the latest booking found it.
+func (a *tbAlgo) unstep(s *tbState, n int64, b booked, at int64) {
+	if at > b.act || s.tat != b.end {
+		return // due (the tokens were spent), or not the latest
 	}
 	s.tat = a.iv.sub(s.tat, n)
 }

@@ -124,37 +124,107 @@ func TestTokenBucketReserveSpacing(t *testing.T) {
 	}
 }
 
-// Cancel gives back exactly the tokens not yet due, in any order.
+// Cancel gives back the latest booking whole and an earlier one, while a
+// later one is held, not at all (not even once that one is). Capacity 4,
+// 2 per second (a token every 0.5 s); at t0, 3 tokens are taken (TAT
+// t0+1.5s), then three bookings of sizes[i] follow; they are cancelled in
+// the order given, at t0, and ResetAfter (TAT − t0) is read after each.
 func TestTokenBucketCancelAnyOrder(t *testing.T) {
-	for _, order := range [][]int{{0, 1, 2}, {2, 1, 0}, {1, 0, 2}, {1, 2, 0}} {
+	const ms = time.Millisecond
+	for _, tc := range []struct {
+		sizes [3]int
+		order [3]int
+		want  [3]time.Duration // ResetAfter after each cancel
+	}{
+		// Bookings of 2: TAT 2.5 s, 3.5 s, 4.5 s.
+		{[3]int{2, 2, 2}, [3]int{2, 1, 0}, [3]time.Duration{3500 * ms, 2500 * ms, 1500 * ms}}, // latest first: all come back
+		{[3]int{2, 2, 2}, [3]int{0, 1, 2}, [3]time.Duration{4500 * ms, 4500 * ms, 3500 * ms}}, // r2 holds the slots after r0 and r1
+		{[3]int{2, 2, 2}, [3]int{1, 0, 2}, [3]time.Duration{4500 * ms, 4500 * ms, 3500 * ms}},
+		{[3]int{2, 2, 2}, [3]int{1, 2, 0}, [3]time.Duration{4500 * ms, 3500 * ms, 3500 * ms}}, // r1's empty slots still follow r0
+		// Later bookings holding fewer tokens than the one cancelled still
+		// keep it: TAT 2.5 s, 3 s, 3.5 s.
+		{[3]int{2, 1, 1}, [3]int{2, 0, 1}, [3]time.Duration{3000 * ms, 3000 * ms, 2500 * ms}},
+		// TAT 3 s, 3.5 s, 4 s: r0's 3 tokens stay taken when r2 and r1 come
+		// back, each the latest in turn.
+		{[3]int{3, 1, 1}, [3]int{0, 2, 1}, [3]time.Duration{4000 * ms, 3500 * ms, 3000 * ms}},
+	} {
 		tb, clk := newTB(t, PerSecond(2), 4)
-		before, _ := tb.AllowN(bg, "k", 3) // 1 token left
-		_ = before
-		rs := make([]*Reservation, 3)
-		for i := range rs {
-			rs[i], _ = tb.Reserve(bg, "k", 2)
+		tb.AllowN(bg, "k", 3) // 1 token left
+		var rs [3]*Reservation
+		for i, n := range tc.sizes {
+			rs[i], _ = tb.Reserve(bg, "k", n)
 		}
-		// Delays: 0.5 s, 1.5 s, 2.5 s.
-		for i, want := range []time.Duration{500, 1500, 2500} {
-			if got := rs[i].Delay(); got != want*time.Millisecond {
-				t.Fatalf("delay %d = %v", i, got)
-			}
-		}
-		for _, i := range order {
+		for k, i := range tc.order {
 			rs[i].Cancel()
 			rs[i].Cancel() // twice is harmless
-		}
-		d, _ := tb.AllowN(bg, "k", 0)
-		if d.Remaining != 1 || d.ResetAfter != 1500*time.Millisecond {
-			t.Fatalf("order %v: after cancels %+v, want the state before the reservations", order, d)
+			if d, _ := tb.AllowN(bg, "k", 0); d.ResetAfter != tc.want[k] {
+				t.Fatalf("sizes %v, order %v: after cancelling r%d: %+v, want ResetAfter %v", tc.sizes, tc.order, i, d, tc.want[k])
+			}
 		}
 		// A due reservation is spent: cancelling it gives nothing back.
-		r, _ := tb.Reserve(bg, "k", 1)
+		clk.Advance(5 * time.Second)
+		r, _ := tb.Reserve(bg, "k", 4)
 		clk.Advance(time.Nanosecond)
 		r.Cancel()
 		if d, _ := tb.AllowN(bg, "k", 0); d.Remaining != 0 {
 			t.Fatalf("cancel of a due reservation gave back: %+v", d)
 		}
+	}
+}
+
+// Why an earlier booking gives back nothing, not even the tokens no later
+// booking holds (n less those booked after it, the rule of
+// golang.org/x/time/rate): that rule lets the bucket pass more than it
+// allows once two such partial give-backs follow one another. Capacity 4, a
+// token every 10 ns, at t0: 4 tokens taken; a (4 tokens) acts at +40ns, b
+// (4) at +80ns, j (1) at +90ns. Cancel b, then a. With the partial rule, b
+// gives back 3 (j holds one slot after it), TAT 100; a then gives back 2
+// (the 2 slots from its end to TAT look held), TAT 80; f (4) would act at
+// +80ns and g (4) at +120ns: with j, 9 events in [80, 120] where the bucket
+// allows 4 + 40/10 = 8. Here neither gives back: f acts at +130ns, g at
+// +170ns.
+func TestTokenBucketCancelGivesNoPartialBack(t *testing.T) {
+	tb, _ := newTB(t, Per(1, 10), 4)
+	tb.AllowN(bg, "k", 4)
+	a, _ := tb.Reserve(bg, "k", 4)
+	b, _ := tb.Reserve(bg, "k", 4)
+	j, _ := tb.Reserve(bg, "k", 1)
+	for _, c := range []struct {
+		r    *Reservation
+		want time.Duration
+	}{{a, 40}, {b, 80}, {j, 90}} {
+		if c.r.Delay() != c.want {
+			t.Fatalf("delay %v, want %v", c.r.Delay(), c.want)
+		}
+	}
+	b.Cancel()
+	a.Cancel()
+	f, _ := tb.Reserve(bg, "k", 4)
+	g, _ := tb.Reserve(bg, "k", 4)
+	if f.Delay() != 130 || g.Delay() != 170 {
+		t.Fatalf("after cancelling b then a: f acts at +%v, g at +%v; want +130ns, +170ns", f.Delay(), g.Delay())
+	}
+}
+
+// A key dropped at the cap while a booking is held, and set up afresh, is
+// not given that booking back: its new TAT is not where the booking left
+// the old one, so Cancel gives nothing, and the fresh allowance (the cap's
+// documented loss) is not topped up with tokens it never lent.
+func TestTokenBucketCancelAfterEviction(t *testing.T) {
+	tb, clk := newTB(t, PerSecond(1), 2, WithMaxKeys(1))
+	tb.AllowN(bg, "k", 2)          // TAT t0+2s
+	r, _ := tb.Reserve(bg, "k", 1) // acts at t0+1s
+	tb.Allow("other")              // the cap drops k
+	clk.Advance(500 * time.Millisecond)
+	if d, _ := tb.AllowN(bg, "k", 2); !d.Allowed { // k afresh: TAT t0+2.5s
+		t.Fatalf("k set up afresh: %+v", d)
+	}
+	if s := tb.Stats(); s.EvictedLRU < 2 {
+		t.Fatalf("stats %+v: want k and other dropped at the cap", s)
+	}
+	r.Cancel()
+	if d, _ := tb.AllowN(bg, "k", 0); d.Remaining != 0 || d.ResetAfter != 2*time.Second {
+		t.Fatalf("after cancelling the old booking: %+v; want the new key untouched (0 left, reset in 2s)", d)
 	}
 }
 

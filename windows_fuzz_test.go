@@ -13,8 +13,8 @@ import (
 // winStepper drives one key's state of a window algorithm through its pure
 // step, and can copy itself to try a step without consequence.
 type winStepper interface {
-	step(now, n, maxWait int64) (Decision, int64, bool)
-	unstep(n, act, at int64)
+	step(now, n, maxWait int64) (Decision, booked, bool)
+	unstep(n int64, b booked, at int64)
 	atRest(now int64) bool
 	fresh(now int64) winStepper // a new key's state at now
 	clone() winStepper
@@ -26,11 +26,13 @@ type fwStepper struct {
 	s fwState
 }
 
-func (w *fwStepper) step(now, n, mw int64) (Decision, int64, bool) { return w.a.step(&w.s, now, n, mw) }
-func (w *fwStepper) unstep(n, act, at int64)                       { w.a.unstep(&w.s, n, act, at) }
-func (w *fwStepper) atRest(now int64) bool                         { return w.a.atRest(&w.s, now) }
-func (w *fwStepper) clone() winStepper                             { c := *w; return &c }
-func (w *fwStepper) equal(o winStepper) bool                       { return w.s == o.(*fwStepper).s }
+func (w *fwStepper) step(now, n, mw int64) (Decision, booked, bool) {
+	return w.a.step(&w.s, now, n, mw)
+}
+func (w *fwStepper) unstep(n int64, b booked, at int64) { w.a.unstep(&w.s, n, b, at) }
+func (w *fwStepper) atRest(now int64) bool              { return w.a.atRest(&w.s, now) }
+func (w *fwStepper) clone() winStepper                  { c := *w; return &c }
+func (w *fwStepper) equal(o winStepper) bool            { return w.s == o.(*fwStepper).s }
 func (w *fwStepper) fresh(now int64) winStepper {
 	c := &fwStepper{a: w.a}
 	c.a.init(&c.s, now)
@@ -42,13 +44,13 @@ type swcStepper struct {
 	s swcState
 }
 
-func (w *swcStepper) step(now, n, mw int64) (Decision, int64, bool) {
+func (w *swcStepper) step(now, n, mw int64) (Decision, booked, bool) {
 	return w.a.step(&w.s, now, n, mw)
 }
-func (w *swcStepper) unstep(n, act, at int64) { w.a.unstep(&w.s, n, act, at) }
-func (w *swcStepper) atRest(now int64) bool   { return w.a.atRest(&w.s, now) }
-func (w *swcStepper) clone() winStepper       { c := *w; return &c }
-func (w *swcStepper) equal(o winStepper) bool { return w.s == o.(*swcStepper).s }
+func (w *swcStepper) unstep(n int64, b booked, at int64) { w.a.unstep(&w.s, n, b, at) }
+func (w *swcStepper) atRest(now int64) bool              { return w.a.atRest(&w.s, now) }
+func (w *swcStepper) clone() winStepper                  { c := *w; return &c }
+func (w *swcStepper) equal(o winStepper) bool            { return w.s == o.(*swcStepper).s }
 func (w *swcStepper) fresh(now int64) winStepper {
 	c := &swcStepper{a: w.a}
 	c.a.init(&c.s, now)
@@ -60,9 +62,11 @@ type slStepper struct {
 	s slState
 }
 
-func (w *slStepper) step(now, n, mw int64) (Decision, int64, bool) { return w.a.step(&w.s, now, n, mw) }
-func (w *slStepper) unstep(n, act, at int64)                       { w.a.unstep(&w.s, n, act, at) }
-func (w *slStepper) atRest(now int64) bool                         { return w.a.atRest(&w.s, now) }
+func (w *slStepper) step(now, n, mw int64) (Decision, booked, bool) {
+	return w.a.step(&w.s, now, n, mw)
+}
+func (w *slStepper) unstep(n int64, b booked, at int64) { w.a.unstep(&w.s, n, b, at) }
+func (w *slStepper) atRest(now int64) bool              { return w.a.atRest(&w.s, now) }
 func (w *slStepper) clone() winStepper {
 	c := *w
 	c.s.ring = slices.Clone(w.s.ring)
@@ -157,8 +161,11 @@ func FuzzWindowStep(f *testing.F) {
 		st = st.fresh(now)
 		type event struct{ t, n int64 }
 		var happened []event
-		type booking struct{ n, act int64 }
-		var booked []booking
+		type booking struct {
+			n  int64
+			bk booked
+		}
+		var bookings []booking
 		for len(ops) >= 9 {
 			dt := int64(binary.LittleEndian.Uint64(ops))
 			k := int64(ops[8]) % (limit + 1)
@@ -172,12 +179,12 @@ func FuzzWindowStep(f *testing.F) {
 			case 1: // Reserve
 				maxWait = noMaxWait
 			case 2: // Cancel the newest booking
-				if len(booked) > 0 {
-					b := booked[len(booked)-1]
-					booked = booked[:len(booked)-1]
-					st.unstep(b.n, b.act, now)
-					if now > b.act {
-						happened = append(happened, event{b.act, b.n})
+				if len(bookings) > 0 {
+					b := bookings[len(bookings)-1]
+					bookings = bookings[:len(bookings)-1]
+					st.unstep(b.n, b.bk, now)
+					if now > b.bk.act {
+						happened = append(happened, event{b.bk.act, b.n})
 					}
 				}
 				continue
@@ -186,7 +193,8 @@ func FuzzWindowStep(f *testing.F) {
 			}
 
 			before := st.clone()
-			d, act, ok := st.step(now, k, maxWait)
+			d, bk, ok := st.step(now, k, maxWait)
+			act := bk.act
 			switch {
 			case d.Limit != int(limit) || d.Remaining < 0 || int64(d.Remaining) > limit:
 				t.Fatalf("limit %d: %+v", limit, d)
@@ -202,7 +210,7 @@ func FuzzWindowStep(f *testing.F) {
 				t.Fatalf("a refusal or a peek changed the state: %+v", d)
 			}
 			if ok && k > 0 {
-				booked = append(booked, booking{k, act})
+				bookings = append(bookings, booking{k, bk})
 			}
 			if !ok && maxWait == 0 && k > 0 && d.RetryAfter <= time.Duration(maxSpan) {
 				retry := now + int64(d.RetryAfter)
@@ -239,8 +247,8 @@ func FuzzWindowStep(f *testing.F) {
 				}
 			}
 		}
-		for _, b := range booked {
-			happened = append(happened, event{b.act, b.n})
+		for _, b := range bookings {
+			happened = append(happened, event{b.bk.act, b.n})
 		}
 
 		// What happened keeps the promise.

@@ -8,7 +8,8 @@ import (
 )
 
 // Concurrency bounds how many calls are in flight at once: a semaphore.
-// *ratelimit.Bulkhead implements it.
+// *ratelimit.Bulkhead implements it, and so does *ratelimit.AdaptiveBulkhead,
+// whose limit follows the latency of the calls it admits.
 type Concurrency interface {
 	// TryAcquire takes a permit if one is free now, and reports whether
 	// it did.
@@ -74,5 +75,8 @@ func busyProblem(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// Compile-time check that a Bulkhead is a Concurrency.
-var _ Concurrency = (*ratelimit.Bulkhead)(nil)
+// Compile-time checks that both bulkheads are a Concurrency.
+var (
+	_ Concurrency = (*ratelimit.Bulkhead)(nil)
+	_ Concurrency = (*ratelimit.AdaptiveBulkhead)(nil)
+)

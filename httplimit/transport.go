@@ -22,8 +22,9 @@ import (
 const DefaultMaxPause = 10 * time.Minute
 
 // Transport is an http.RoundTripper for calling someone else's API within
-// its limits. Before each request it waits out any pause the server asked
-// for, then takes a permit of Concurrency, then waits on Limiter (Wait,
+// its limits. Before each request it waits for its turn of Pacer, if set,
+// then out any pause the server asked for, then takes a permit of
+// Concurrency, then waits on Limiter (Wait,
 // with the request's context), and sends. It holds the permit while the
 // request is in flight: until the response body is read to the end or
 // closed, or the round trip fails. So close response bodies, as net/http
@@ -48,8 +49,8 @@ const DefaultMaxPause = 10 * time.Minute
 // fails at once with an error matching ratelimit.ErrLimited and
 // context.DeadlineExceeded; if the context ends during a wait, with its
 // error. A request that is not sent gives back everything it took: its
-// limiter booking (as Reservation.Cancel does) and its permit; its body
-// is closed. A request handed to Base counts as sent, even if the round
+// limiter booking (as Reservation.Cancel does), its permit and its Pacer
+// turn (if no later turn was booked); its body is closed. A request handed to Base counts as sent, even if the round
 // trip fails: it may have reached the server, so its limiter event stays
 // taken.
 //
@@ -77,6 +78,12 @@ type Transport struct {
 	// MaxPause caps the pause after a Retry-After: 0 means
 	// DefaultMaxPause; a negative value ignores Retry-After.
 	MaxPause time.Duration
+	// Pacer, if not nil, spaces the requests of each key so that the
+	// quota the server's rate-limit headers say remains lasts until it
+	// resets (see Pacer): each request first waits for its turn, and every
+	// response's headers are observed. Off by default. Give it the same
+	// Clock.
+	Pacer *Pacer
 
 	mu      sync.Mutex
 	paused  map[string]time.Time                // key -> hold requests until
@@ -97,6 +104,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			req.Body.Close()
 		}
 		return nil, err
+	}
+	if t.Pacer != nil {
+		giveBack, err := t.Pacer.waitTurn(ctx, key)
+		if err != nil {
+			return fail(err) // holding nothing; the turn given back
+		}
+		failed := fail
+		fail = func(err error) (*http.Response, error) {
+			giveBack() // not sent: the turn is the next request's
+			return failed(err)
+		}
 	}
 	release := func() {
 		if t.Concurrency != nil {
@@ -130,6 +148,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		release()
 		return nil, err
+	}
+	if t.Pacer != nil {
+		t.Pacer.Observe(key, resp.Header)
 	}
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		t.notePause(key, resp)

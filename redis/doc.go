@@ -78,7 +78,7 @@
 // and bookings at most 30 days ahead (35 for FixedWindow); constructors
 // refuse larger spans with the core's error values, and Reserve refuses a
 // later booking (the Reservation is not OK), where the in-memory limiters
-// allow 36 years. Fractions of a nanosecond (3 per second spaces events
+// allow about 36.5 years. Fractions of a nanosecond (3 per second spaces events
 // 333,333,333⅓ ns apart) are an integer numerator over the rate's count, as
 // in the core, so rates do not drift; products such as n intervals are
 // computed in Go (128-bit) and passed to the script, and the sliding window

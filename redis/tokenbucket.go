@@ -11,7 +11,7 @@ import (
 // Bounds that keep every instant a script computes with exact in Lua's
 // doubles (below 2^53 ns, about 104 days, from now): an algorithm's span
 // (capacity/rate, a window) is at most maxSpan, and a booking is made at
-// most horizon ahead. The in-memory limiters allow spans up to 73 years.
+// most horizon ahead. The in-memory limiters allow spans up to about 36.5 years.
 const (
 	maxSpan = 35 * 24 * time.Hour
 	horizon = 30 * 24 * time.Hour

@@ -161,6 +161,9 @@ var Imports = map[string]string{
 	"httplimit": "github.com/ratelimitkit/ratelimit/httplimit",
 	"rlredis":   "github.com/ratelimitkit/ratelimit/redis",
 	"goredis":   "github.com/redis/go-redis/v9",
+	"grpclimit": "github.com/ratelimitkit/ratelimit/grpclimit",
+	"grpc":      "google.golang.org/grpc",
+	"insecure":  "google.golang.org/grpc/credentials/insecure",
 }
 
 // Source returns the Go file that compiles b, with //line directives that

@@ -1,0 +1,633 @@
+// Package grpclimit puts ratelimit's limiters in front of gRPC: server
+// interceptors that limit calls per key, by one limiter, by a set of rules
+// or by a bound on calls in flight, answering a denial with
+// codes.ResourceExhausted and the standard google.rpc.RetryInfo and
+// QuotaFailure details; and client interceptors that pace outbound calls
+// and hold them after a server's RetryInfo.
+//
+// Most servers want a ServerLimit from RateLimit or RulesLimit, with its
+// Unary and Stream methods as interceptors:
+//
+//	lim, _ := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 20)
+//	l := grpclimit.RateLimit(lim) // per client address
+//	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(l.Unary), grpc.ChainStreamInterceptor(l.Stream))
+//
+// A denied call gets codes.ResourceExhausted with a RetryInfo whose delay
+// is the Decision's RetryAfter (retrying then succeeds if nothing else
+// consumed in between), a QuotaFailure naming the violated policies, and
+// the rate-limit fields in the response header metadata: "ratelimit-policy"
+// and "ratelimit" with the syntax of the HTTP fields of
+// draft-ietf-httpapi-ratelimit-headers, as httplimit writes them, plus
+// "retry-after" in whole seconds.
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/httplimit"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// Concurrency bounds how many calls are in flight at once: a semaphore.
+// It is httplimit.Concurrency; *ratelimit.Bulkhead and
+// *ratelimit.AdaptiveBulkhead implement it.
+type Concurrency = httplimit.Concurrency
+
+var (
+	_ Concurrency = (*ratelimit.Bulkhead)(nil)
+	_ Concurrency = (*ratelimit.AdaptiveBulkhead)(nil)
+)
+
+// Response metadata keys written by the server interceptors.
+const (
+	MDRateLimitPolicy = "ratelimit-policy"
+	MDRateLimit       = "ratelimit"
+	MDRetryAfter      = "retry-after"
+)
+
+// An Option configures a ServerLimit. Each says which constructors read
+// it; given to another, it panics, rather than be silently ignored.
+type Option func(*config)
+
+// The constructors, as a set of bits: which ones read an option.
+const (
+	forRate = 1 << iota
+	forRules
+	forConcurrency
+	forAll = forRate | forRules | forConcurrency
+)
+
+// use records that the option name was given, and which constructors read
+// it (withMessages: also any, if WithMessages is given).
+func (c *config) use(name string, readers int, withMessages bool) {
+	c.uses = append(c.uses, optionUse{name, readers, withMessages})
+}
+
+type optionUse struct {
+	name         string
+	readers      int
+	withMessages bool
+}
+
+// config holds every option with its default, in one place.
+type config struct {
+	key       KeyFunc                                                   // RateLimit, messages: ByPeer()
+	user      KeyFunc                                                   // RulesLimit: none
+	ip        KeyFunc                                                   // RulesLimit: ByPeer()
+	name      string                                                    // RateLimit: "default"
+	window    time.Duration                                             // RateLimit: 0, no w
+	metadata  bool                                                      // true
+	onError   func(ctx context.Context, method string, err error) error // PermissionDenied / Unavailable
+	failOpen  bool                                                      // false: fail closed
+	report    func(ctx context.Context, method string, err error)       // with failOpen
+	messages  ratelimit.Limiter                                         // none
+	busyCode  codes.Code                                                // ConcurrencyLimit: ResourceExhausted
+	busyFor   time.Duration                                             // ConcurrencyLimit: 1s
+	busyWait  bool                                                      // ConcurrencyLimit: TryAcquire
+	optErrors []string
+	uses      []optionUse
+}
+
+func newConfig(kind int, constructor string, opts []Option) *config {
+	c := &config{name: "default", metadata: true, busyCode: codes.ResourceExhausted, busyFor: time.Second}
+	for _, o := range opts {
+		o(c)
+	}
+	for _, u := range c.uses {
+		if u.readers&kind == 0 && !(u.withMessages && c.messages != nil) {
+			msg := u.name + " does not apply to " + constructor
+			if u.withMessages {
+				msg += " without WithMessages"
+			}
+			c.optErrors = append(c.optErrors, msg)
+		}
+	}
+	if c.key == nil {
+		c.key = ByPeer()
+	}
+	if c.ip == nil {
+		c.ip = ByPeer()
+	}
+	if c.onError == nil {
+		c.onError = defaultError
+	}
+	if len(c.optErrors) > 0 {
+		panic("grpclimit: " + strings.Join(c.optErrors, "; "))
+	}
+	return c
+}
+
+// WithKey sets the key function of RateLimit, and of WithMessages for any
+// constructor (default ByPeer()).
+func WithKey(f KeyFunc) Option {
+	return func(c *config) { c.key = f; c.use("WithKey", forRate, true) }
+}
+
+// WithUser sets RulesLimit's key function for per-user rules, such as
+// ByIdentity(f). Rules with per-user limits require it.
+func WithUser(f KeyFunc) Option {
+	return func(c *config) { c.user = f; c.use("WithUser", forRules, false) }
+}
+
+// WithClientIP sets RulesLimit's key function for per-IP rules (default
+// ByPeer()).
+func WithClientIP(f KeyFunc) Option {
+	return func(c *config) { c.ip = f; c.use("WithClientIP", forRules, false) }
+}
+
+// WithPolicy names RateLimit's limit in the metadata and the QuotaFailure
+// (default "default") and gives its window, the w of ratelimit-policy,
+// rounded up to whole seconds (default 0: no w).
+func WithPolicy(name string, window time.Duration) Option {
+	return func(c *config) { c.name, c.window = name, window; c.use("WithPolicy", forRate, false) }
+}
+
+// WithoutMetadata stops RateLimit and RulesLimit writing the rate-limit
+// fields into the header metadata of allowed calls; denials still carry
+// them.
+func WithoutMetadata() Option {
+	return func(c *config) { c.metadata = false; c.use("WithoutMetadata", forRate|forRules, false) }
+}
+
+// WithErrorHandler replaces the error returned for a call that could not
+// be decided: its key function failed (an error matching ErrNoKey) or the
+// limiter failed while failing closed. The default returns
+// codes.PermissionDenied for a call without a key and codes.Unavailable
+// for a limiter failure. f should return a status error. RateLimit and
+// RulesLimit read it, and any constructor with WithMessages.
+func WithErrorHandler(f func(ctx context.Context, fullMethod string, err error) error) Option {
+	return func(c *config) { c.onError = f; c.use("WithErrorHandler", forRate|forRules, true) }
+}
+
+// WithFailOpen lets calls through, without rate-limit metadata, when the
+// limiter fails (a remote backend unreachable), after calling report (if
+// not nil) with the error: the policy of httplimit.WithFailOpen. The
+// default fails closed. A call without a key is refused either way.
+// RateLimit and RulesLimit read it, and any constructor with WithMessages.
+func WithFailOpen(report func(ctx context.Context, fullMethod string, err error)) Option {
+	return func(c *config) { c.failOpen, c.report = true, report; c.use("WithFailOpen", forRate|forRules, true) }
+}
+
+// WithMessages limits the messages a client sends on a stream, in
+// addition to the stream's opening: each message the handler receives
+// takes one event of lim under the stream's key (WithKey's, for every
+// constructor). RecvMsg waits for it, so a client sending too fast is
+// slowed by flow control rather than cut off; if the wait cannot finish
+// within the stream's deadline, or the limiter fails, RecvMsg returns the
+// denial or error status and the message is lost to the handler, which
+// should return that error. lim must not be nil.
+func WithMessages(lim ratelimit.Limiter) Option {
+	return func(c *config) {
+		if lim == nil {
+			c.optErrors = append(c.optErrors, "WithMessages with a nil limiter")
+		}
+		c.messages = lim
+	}
+}
+
+// WithBusyCode sets the code ConcurrencyLimit answers when no permit is
+// free: codes.ResourceExhausted (the default) or codes.Unavailable, which
+// gRPC clients with a retry policy commonly retry. Other codes panic.
+func WithBusyCode(code codes.Code) Option {
+	return func(c *config) {
+		if code != codes.ResourceExhausted && code != codes.Unavailable {
+			c.optErrors = append(c.optErrors, "WithBusyCode takes ResourceExhausted or Unavailable, got "+code.String())
+		}
+		c.busyCode = code
+		c.use("WithBusyCode", forConcurrency, false)
+	}
+}
+
+// WithBusyRetryAfter sets the RetryInfo delay of ConcurrencyLimit's
+// refusal (default 1s); 0 sends no RetryInfo. A negative d panics.
+func WithBusyRetryAfter(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.optErrors = append(c.optErrors, "WithBusyRetryAfter with a negative duration "+d.String())
+		}
+		c.busyFor = d
+		c.use("WithBusyRetryAfter", forConcurrency, false)
+	}
+}
+
+// WithWait makes ConcurrencyLimit wait for a permit with Acquire, as far
+// as the bulkhead's own bounds on waiting and the call's context allow,
+// instead of refusing at once when none is free.
+func WithWait() Option {
+	return func(c *config) { c.busyWait = true; c.use("WithWait", forConcurrency, false) }
+}
+
+// ServerLimit limits the calls of a gRPC server. Its methods Unary and
+// Stream are a grpc.UnaryServerInterceptor and a
+// grpc.StreamServerInterceptor. Build it with RateLimit, RulesLimit or
+// ConcurrencyLimit; it is safe for concurrent use.
+type ServerLimit struct {
+	cfg *config
+	// Exactly one of the three is set.
+	lim   ratelimit.Limiter
+	rules *ratelimit.Rules
+	conc  Concurrency
+
+	// RateLimit
+	names  []string
+	item   string
+	policy atomic.Pointer[cachedPolicy]
+	// RulesLimit
+	classes map[string]*classView
+	every   *classView
+}
+
+type cachedPolicy struct {
+	limit int
+	value string
+}
+
+// classView is what the metadata says about one class, built once.
+type classView struct {
+	rules            []ratelimit.Rule
+	items            []string // names as sf-strings
+	policy           string   // ratelimit-policy value
+	needUser, needIP bool
+}
+
+// RateLimit returns a ServerLimit that takes one event of lim for each
+// call, and for each stream when it opens, under the key of WithKey
+// (default: the client's address). A denied call gets
+// codes.ResourceExhausted with RetryInfo and QuotaFailure details. A call
+// whose key cannot be determined, and, unless WithFailOpen, one whose
+// limiter fails, gets the error handler's error (WithErrorHandler). It
+// panics if lim is nil.
+func RateLimit(lim ratelimit.Limiter, opts ...Option) *ServerLimit {
+	if lim == nil {
+		panic("grpclimit: RateLimit with a nil limiter")
+	}
+	c := newConfig(forRate, "RateLimit", opts)
+	return &ServerLimit{cfg: c, lim: lim, names: []string{c.name}, item: sfString(c.name)}
+}
+
+// RulesLimit returns a ServerLimit that checks each call against rules,
+// all or nothing (ratelimit.Rules.Check), with the call's full method name
+// ("/pkg.Service/Method") as its class; WithUser and WithClientIP give the
+// keys of per-user and per-IP rules. A call of a method no rule applies to
+// goes through untouched. The metadata describes every rule of the class
+// in ratelimit-policy and the strictest in ratelimit, as
+// httplimit.RulesMiddleware's headers do; a denial's QuotaFailure lists the
+// rules that denied.
+//
+// It panics if rules is nil, or if some rule counts per user and WithUser
+// is not given: such a limit would otherwise refuse or pass every call.
+func RulesLimit(rules *ratelimit.Rules, opts ...Option) *ServerLimit {
+	if rules == nil {
+		panic("grpclimit: RulesLimit with nil rules")
+	}
+	c := newConfig(forRules, "RulesLimit", opts)
+	s := &ServerLimit{cfg: c, rules: rules, classes: make(map[string]*classView)}
+	for _, class := range rules.Classes() {
+		s.classes[class] = newClassView(rules.Limits(class))
+	}
+	s.every = newClassView(rules.Limits("*"))
+	for _, cv := range s.classes {
+		if cv.needUser && c.user == nil {
+			panic("grpclimit: rules count per user but no WithUser key function was given")
+		}
+	}
+	if s.every.needUser && c.user == nil {
+		panic("grpclimit: rules count per user but no WithUser key function was given")
+	}
+	return s
+}
+
+// ConcurrencyLimit returns a ServerLimit that holds a permit of c while a
+// call's handler runs, and for the whole life of a stream. When none is
+// free it refuses at once (or, with WithWait, when Acquire fails) with
+// codes.ResourceExhausted (WithBusyCode: or codes.Unavailable) and a
+// RetryInfo of WithBusyRetryAfter (default 1s). c may be a
+// *ratelimit.Bulkhead or a *ratelimit.AdaptiveBulkhead. It panics if c is
+// nil.
+func ConcurrencyLimit(c Concurrency, opts ...Option) *ServerLimit {
+	if c == nil {
+		panic("grpclimit: ConcurrencyLimit with a nil Concurrency")
+	}
+	return &ServerLimit{cfg: newConfig(forConcurrency, "ConcurrencyLimit", opts), conc: c}
+}
+
+func newClassView(rules []ratelimit.Rule) *classView {
+	cv := &classView{rules: rules}
+	var policy []string
+	for _, r := range rules {
+		item := sfString(r.Name)
+		cv.items = append(cv.items, item)
+		policy = append(policy, policyItem(item, r.Burst, r.Window()))
+		cv.needUser = cv.needUser || r.Scope == ratelimit.PerUser
+		cv.needIP = cv.needIP || r.Scope == ratelimit.PerIP
+	}
+	cv.policy = strings.Join(policy, ", ")
+	return cv
+}
+
+// Unary is a grpc.UnaryServerInterceptor.
+func (s *ServerLimit) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	release, err := s.admit(ctx, info.FullMethod, func(md metadata.MD) { grpc.SetHeader(ctx, md) })
+	if err != nil {
+		return nil, err
+	}
+	if release != nil {
+		defer release()
+	}
+	return handler(ctx, req)
+}
+
+// Stream is a grpc.StreamServerInterceptor. The stream is limited when it
+// opens; with WithMessages, each message received too.
+func (s *ServerLimit) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	ctx := ss.Context()
+	release, err := s.admit(ctx, info.FullMethod, func(md metadata.MD) { ss.SetHeader(md) })
+	if err != nil {
+		return err
+	}
+	if release != nil {
+		defer release()
+	}
+	if s.cfg.messages != nil {
+		key, err := s.cfg.key(ctx, info.FullMethod)
+		if err != nil {
+			return s.cfg.onError(ctx, info.FullMethod, err)
+		}
+		ss = &limitedStream{ServerStream: ss, s: s, key: key, method: info.FullMethod}
+	}
+	return handler(srv, ss)
+}
+
+// admit decides one call. It returns the status error to answer with, or
+// nil and, for a concurrency limit, the function that releases the permit.
+// header writes response header metadata.
+func (s *ServerLimit) admit(ctx context.Context, method string, header func(metadata.MD)) (release func(), err error) {
+	switch {
+	case s.conc != nil:
+		return s.acquire(ctx)
+	case s.rules != nil:
+		return nil, s.checkRules(ctx, method, header)
+	default:
+		return nil, s.checkLimiter(ctx, method, header)
+	}
+}
+
+func (s *ServerLimit) acquire(ctx context.Context) (func(), error) {
+	c := s.cfg
+	var err error
+	if c.busyWait {
+		err = s.conc.Acquire(ctx)
+	} else if !s.conc.TryAcquire() {
+		err = ratelimit.ErrBulkheadFull
+	}
+	if err == nil {
+		return s.conc.Release, nil
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+		return nil, status.FromContextError(ctxErr).Err()
+	}
+	st := status.New(c.busyCode, "grpclimit: too many calls in flight")
+	if c.busyFor > 0 {
+		if d, e := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(c.busyFor)}); e == nil {
+			st = d
+		}
+	}
+	return nil, st.Err()
+}
+
+func (s *ServerLimit) checkLimiter(ctx context.Context, method string, header func(metadata.MD)) error {
+	c := s.cfg
+	key, err := c.key(ctx, method)
+	if err != nil {
+		return c.onError(ctx, method, err)
+	}
+	d, err := s.lim.AllowN(ctx, key, 1)
+	if err != nil {
+		return s.failed(ctx, method, err)
+	}
+	if !d.Allowed || c.metadata {
+		header(rateMetadata(s.policyFor(d.Limit), s.item, d, d.RetryAfter))
+	}
+	if d.Allowed {
+		return nil
+	}
+	return denial(d.RetryAfter, []violation{{name: s.names[0], limit: d.Limit, window: c.window}})
+}
+
+// failed handles a limiter's error: a key missing for a rule is refused,
+// a backend failure follows the fail-open policy.
+func (s *ServerLimit) failed(ctx context.Context, method string, err error) error {
+	c := s.cfg
+	if c.failOpen && !errors.Is(err, ErrNoKey) {
+		if c.report != nil {
+			c.report(ctx, method, err)
+		}
+		return nil
+	}
+	return c.onError(ctx, method, err)
+}
+
+func (s *ServerLimit) policyFor(limit int) string {
+	if p := s.policy.Load(); p != nil && p.limit == limit {
+		return p.value
+	}
+	p := &cachedPolicy{limit: limit, value: policyItem(s.item, limit, s.cfg.window)}
+	s.policy.Store(p)
+	return p.value
+}
+
+func (s *ServerLimit) checkRules(ctx context.Context, method string, header func(metadata.MD)) error {
+	c := s.cfg
+	cv, ok := s.classes[method]
+	if !ok {
+		cv = s.every
+	}
+	if len(cv.rules) == 0 {
+		return nil
+	}
+	var who ratelimit.Subject
+	var err error
+	if cv.needUser {
+		if who.User, err = c.user(ctx, method); err != nil {
+			return c.onError(ctx, method, err)
+		}
+	}
+	if cv.needIP {
+		if who.IP, err = c.ip(ctx, method); err != nil {
+			return c.onError(ctx, method, err)
+		}
+	}
+	var buf [8]ratelimit.Decision
+	ds := buf[:0]
+	if len(cv.rules) > len(buf) {
+		ds = make([]ratelimit.Decision, 0, len(cv.rules))
+	}
+	ds = ds[:len(cv.rules)]
+	d, err := s.rules.Check(ctx, method, who, 1, ds)
+	if err != nil {
+		return s.failed(ctx, method, err)
+	}
+	i := ratelimit.Strictest(ds)
+	if !d.Allowed || c.metadata {
+		header(rateMetadata(cv.policy, cv.items[i], ds[i], d.RetryAfter))
+	}
+	if d.Allowed {
+		return nil
+	}
+	var vs []violation
+	for j := range ds {
+		if !ds[j].Allowed {
+			r := cv.rules[j]
+			vs = append(vs, violation{name: r.Name, limit: r.Burst, window: r.Window()})
+		}
+	}
+	return denial(d.RetryAfter, vs)
+}
+
+// violation is one policy that denied a call.
+type violation struct {
+	name   string
+	limit  int
+	window time.Duration
+}
+
+// denial builds the status of a denied call: ResourceExhausted with a
+// RetryInfo of retry and a QuotaFailure listing vs.
+func denial(retry time.Duration, vs []violation) error {
+	st := status.New(codes.ResourceExhausted, "grpclimit: rate limited, retry after "+readable(retry))
+	qf := &errdetails.QuotaFailure{}
+	for _, v := range vs {
+		desc := "quota"
+		if v.limit > 0 {
+			desc += " of " + strconv.Itoa(v.limit)
+		}
+		if v.window > 0 {
+			desc += " per " + readable(v.window)
+		}
+		qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{
+			Subject:     "policy:" + v.name,
+			Description: desc + " exhausted",
+			QuotaId:     v.name,
+			QuotaValue:  int64(v.limit),
+		})
+	}
+	if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)}, qf); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+// readable formats d for a person: rounded to the millisecond above a
+// millisecond, to the second above a minute.
+func readable(d time.Duration) string {
+	switch {
+	case d >= time.Minute:
+		return d.Round(time.Second).String()
+	case d >= time.Millisecond:
+		return d.Round(time.Millisecond).String()
+	}
+	return d.String()
+}
+
+// rateMetadata is the response metadata of a decided call.
+func rateMetadata(policy, item string, d ratelimit.Decision, retry time.Duration) metadata.MD {
+	t := ceilSeconds(d.ResetAfter)
+	if !d.Allowed {
+		t = ceilSeconds(d.RetryAfter)
+	}
+	md := metadata.MD{
+		MDRateLimitPolicy: {policy},
+		MDRateLimit:       {item + ";r=" + strconv.Itoa(d.Remaining) + ";t=" + strconv.FormatInt(t, 10)},
+	}
+	if !d.Allowed {
+		md[MDRetryAfter] = []string{strconv.FormatInt(ceilSeconds(retry), 10)}
+	}
+	return md
+}
+
+func defaultError(_ context.Context, _ string, err error) error {
+	if errors.Is(err, ErrNoKey) {
+		return status.Error(codes.PermissionDenied, "grpclimit: the call has no rate-limit key")
+	}
+	return status.Error(codes.Unavailable, "grpclimit: rate limiter unavailable")
+}
+
+// limitedStream takes one event of the message limiter for each message
+// the handler receives.
+type limitedStream struct {
+	grpc.ServerStream
+	s      *ServerLimit
+	key    string
+	method string
+}
+
+func (l *limitedStream) RecvMsg(m any) error {
+	if err := l.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	ctx := l.ServerStream.Context()
+	err := l.s.cfg.messages.Wait(ctx, l.key)
+	if err == nil {
+		return nil
+	}
+	var le *ratelimit.LimitError
+	switch {
+	case errors.As(err, &le):
+		return denial(le.RetryAfter, []violation{{name: "messages"}})
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return l.s.failed(ctx, l.method, err) // nil when failing open: the message passes
+}
+
+// ceilSeconds rounds d up to whole seconds; 0 for d <= 0.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
+}
+
+// sfString writes name as a Structured Field string: quoted, with '"' and
+// '\' escaped, and bytes a string may not hold replaced by '?'.
+func sfString(name string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			b.WriteByte('?')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// policyItem is one ratelimit-policy list member: "name";q=quota[;w=window].
+func policyItem(item string, quota int, window time.Duration) string {
+	s := item + ";q=" + strconv.Itoa(quota)
+	if w := ceilSeconds(window); w > 0 {
+		s += ";w=" + strconv.FormatInt(w, 10)
+	}
+	return s
+}
