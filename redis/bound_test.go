@@ -15,9 +15,10 @@ import (
 // The bound each algorithm promises, over the instants at which events act,
 // whatever the order of Allow, AllowN, Reserve and Cancel:
 //
-//   - token bucket (capacity C, rate N per P): at most C + ⌊D·N/P⌋ events in
-//     any interval of length D >= 0, where bookings act at their exact
-//     instants rounded up to whole ns (so D + 1 ns between the instants);
+//   - token bucket (capacity C, rate r = N per P): at most C + ⌊r·D⌋
+//     events conform in any interval of length D >= 0; as bookings act at
+//     their instants rounded up to whole ns, at most C + ⌈r·(D+1ns)⌉ − 1
+//     act in one (the in-memory type's documented bound);
 //   - leaky bucket: what it lets out never bursts beyond one booking: for
 //     bookings i before j (by time to act), the events of i and of every
 //     booking between them need their intervals, Σn·P/N <= act_j - act_i
@@ -55,6 +56,19 @@ func mulDiv(a, b, c int64) int64 {
 	return int64(min(q, 1<<63-1))
 }
 
+// mulDivCeil returns ⌈a·b/c⌉ for a, b >= 0, c > 0, saturating.
+func mulDivCeil(a, b, c int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(c) {
+		return 1<<63 - 1
+	}
+	q, r := bits.Div64(hi, lo, uint64(c))
+	if r > 0 {
+		q++
+	}
+	return int64(min(q, 1<<63-1))
+}
+
 // eachEvent expands bookings into one instant per event, sorted.
 func eachEvent(bs []booked) []int64 {
 	var ts []int64
@@ -74,9 +88,10 @@ func tokenBound(rate ratelimit.Rate, capacity int) func([]booked) error {
 			for j := i; j < len(ts); j++ {
 				d := ts[j] - ts[i]
 				// A booking acts at its instant rounded up to whole ns,
-				// up to 1 ns after the exact one: hence D + 1 ns.
-				if allowed := int64(capacity) + mulDiv(d+1, rate.N, int64(rate.Period)); int64(j-i+1) > allowed {
-					return fmt.Errorf("%d events in %v (from +%v), bound C + ⌊r·D⌋ = %d", j-i+1, time.Duration(d), time.Unix(0, ts[i]).Sub(start), allowed)
+				// up to 1 ns after the exact one: hence, as the in-memory
+				// type documents, C + ⌈r·(D+1ns)⌉ − 1.
+				if allowed := int64(capacity) + mulDivCeil(d+1, rate.N, int64(rate.Period)) - 1; int64(j-i+1) > allowed {
+					return fmt.Errorf("%d events in %v (from +%v), bound %d", j-i+1, time.Duration(d), time.Unix(0, ts[i]).Sub(start), allowed)
 				}
 			}
 		}
