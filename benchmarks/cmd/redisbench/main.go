@@ -40,6 +40,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
@@ -65,6 +66,7 @@ type impl struct {
 func main() {
 	flag.Parse()
 	addr, stop := redisAddr()
+	stopRedis = stop
 	defer stop()
 	client := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 80})
 	defer client.Close()
@@ -384,8 +386,12 @@ func report(names []string, serial map[string][]float64, par map[int]map[string]
 	}
 }
 
+// stopRedis stops the redis-server this run started, if any.
+var stopRedis = func() {}
+
 func fatal(f string, args ...any) {
 	fmt.Fprintf(os.Stderr, "redisbench: "+f+"\n", args...)
+	stopRedis()
 	os.Exit(1)
 }
 
@@ -410,6 +416,12 @@ func redisAddr() (string, func()) {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	addr := "127.0.0.1:" + strconv.Itoa(port)
+	// Descriptors this process inherited (such as the lock of a caller's
+	// flock) would pass on to redis-server and outlive this run: mark
+	// them close-on-exec (Go opens its own so already).
+	for fd := 3; fd < 1024; fd++ {
+		syscall.CloseOnExec(fd)
+	}
 	var out bytes.Buffer
 	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no")
