@@ -68,6 +68,7 @@ func NewFixedWindow(client Client, rate ratelimit.Rate, opts ...Option) (*FixedW
 // corrupt: the key starts afresh.
 var fwScript = script{name: "fw", defs: `
 local W, L, hz, st, c, v
+local F10FW = F10 .. '(%d+)$'
 ` + luaAlign + `
 local function put(s, k)
   if -s >= W or (k == 0 and s <= 0) then
@@ -76,7 +77,7 @@ local function put(s, k)
   end
   local rest = s + W
   if k == 0 then rest = s end
-  put_until(key, abs(s) .. ' ' .. k, rest)
+  put_with(key, s, '%d%09d %d', '%d', k, nil, rest)
 end
 local function remaining(s, k)
   if s > 0 then return 0 end
@@ -93,8 +94,13 @@ st, c = nil, nil
 local corrupt
 v, corrupt = get(key)
 if v then
-  local a, b = string.match(v, '^(%-?%d+) (%d+)$')
-  if a then st, c = rel(a), tonumber(b) end
+  local a, b, x = string.match(v, F10FW)
+  if a then
+    st, c, a = relsn(tonumber(a), tonumber(b)), tonumber(x), true
+  else
+    a, b = string.match(v, '^(%-?%d+) (%d+)$')
+    if a then st, c = rel(a), tonumber(b) end
+  end
   if not a or c > L or st > hz + SKEW or (-st < W and (st - align()) % W ~= 0) then
     corrupt, st, c = true, nil, nil
   end

@@ -95,13 +95,19 @@ local function relsn(s, ns)
 end
 local function rel(str) return relsn(split(str)) end
 
+
+
 -- abs returns the instant r ns after now as a decimal string of Unix ns.
-local function abs(r)
+-- absplit returns the instant r ns after now as whole seconds and ns.
+local function absplit(r)
   local t = now_ns + r
   local c = math.floor(t / E9)
   local m = t - c * E9
   if m < 0 then c = c - 1; m = m + E9 elseif m >= E9 then c = c + 1; m = m - E9 end
-  local s = now_s + c
+  return now_s + c, m
+end
+local function abs(r)
+  local s, m = absplit(r)
   if s >= 0 then
     if s == 0 then return string.format('%d', m) end
     return string.format('%d%09d', s, m)
@@ -142,6 +148,25 @@ local function put_until(k, v, r)
     redis.call('SET', k, v)
     redis.call('PEXPIREAT', k, expiry(r))
   end
+end
+
+-- F10 matches a stored value that starts with an instant of 10-digit
+-- seconds (2001 to 2286) and its nanoseconds: the common case, split by
+-- the pattern itself.
+local F10 = '^(%d%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d%d%d%d) '
+-- put_with stores in key k the instant r ns after now, a space and the
+-- integers a (and b) as the format tail writes them, expiring once at
+-- rest, e ns from now; full is '%d%09d ' followed by tail, which writes
+-- the common instant (10-digit seconds) in the same string.format.
+local function put_with(k, r, full, tail, a, b, e)
+  local s, m = absplit(r)
+  local v
+  if s >= 1000000000 and s < 10000000000 then
+    v = string.format(full, s, m, a, b)
+  else
+    v = abs(r) .. ' ' .. string.format(tail, a, b)
+  end
+  put_until(k, v, e)
 end
 `
 

@@ -90,6 +90,7 @@ end
 // goes, counts above L) is corrupt: the key starts afresh.
 var swcScript = script{name: "swc", defs: luaSWCMath + `
 local hz, st, prev, cur, v
+local F10SWC = F10 .. '(%d+) (%d+)$'
 ` + luaAlign + `
 -- rest: when a key in window s with these counts is at rest.
 local function rest(s, p, c)
@@ -103,7 +104,7 @@ local function put(s, p, c)
     if v then redis.call('DEL', key) end
     return
   end
-  put_until(key, abs(s) .. ' ' .. p .. ' ' .. c, r)
+  put_with(key, s, '%d%09d %d %d', '%d %d', p, c, r)
 end
 `, body: `
 W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[9])
@@ -112,8 +113,13 @@ st, prev, cur = nil, nil, nil
 local corrupt
 v, corrupt = get(key)
 if v then
-  local a, b, c = string.match(v, '^(%-?%d+) (%d+) (%d+)$')
-  if a then st, prev, cur = rel(a), tonumber(b), tonumber(c) end
+  local a, b, c, d = string.match(v, F10SWC)
+  if a then
+    st, prev, cur, a = relsn(tonumber(a), tonumber(b)), tonumber(c), tonumber(d), true
+  else
+    a, b, c = string.match(v, '^(%-?%d+) (%d+) (%d+)$')
+    if a then st, prev, cur = rel(a), tonumber(b), tonumber(c) end
+  end
   if not a or prev > L or cur > L or st > hz + SKEW or
       (-st < 2 * W and (st - align()) % W ~= 0) then
     corrupt, st = true, nil

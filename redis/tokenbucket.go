@@ -141,6 +141,7 @@ func (a *tbAlgo) decision(r *reply, n int64) ratelimit.Decision {
 const luaFraction = `
 local nivn, nivf, taun, tauf, den, hz, held
 local niv_s, par_s -- the arguments nivn... and taun... were last read from
+local F10TB = F10 .. '(%d+)$'
 
 local function add(a, af, b, bf)
   local s, f = a + b, af + bf
@@ -170,10 +171,8 @@ local function get_instant()
   local v, wrong = get(key)
   if wrong then held = true; return 0, 0, true end
   if v then
-    -- The common case, an instant after 1970-01-01T00:00:01, is split by
-    -- the pattern itself.
     local r
-    local s, ns, b = string.match(v, '^(%d+)(%d%d%d%d%d%d%d%d%d) (%d+)$')
+    local s, ns, b = string.match(v, F10TB)
     if s then
       r = relsn(tonumber(s), tonumber(ns))
     else
@@ -211,7 +210,7 @@ local function put(sn, sf)
   if le(sn, sf, 0, 0) then
     if held then redis.call('DEL', key) end
   else
-    put_until(key, abs(sn) .. ' ' .. frac(sf), ceil(sn, sf))
+    put_with(key, sn, '%d%09d %d', '%d', sf, nil, ceil(sn, sf))
   end
 end
 `
