@@ -213,7 +213,15 @@ func (b *Bulkhead) TryAcquire() bool {
 // permit while calls wait, hands it over (rule 4 of Bulkhead.state). It
 // returns false, leaving the count unchanged, if the count was 0.
 func (b *Bulkhead) decrement() bool {
-	s := b.state.Add(^uint64(0))
+	if s := b.state.Add(^uint64(0)); s&(bhBorrow|bhWaitersBit) != 0 {
+		return b.decrementSlow(s)
+	}
+	return true // nobody waits: nothing to hand over
+}
+
+// decrementSlow finishes a decrement whose result s has the waiters bit
+// or the borrow bit set.
+func (b *Bulkhead) decrementSlow(s uint64) bool {
 	ok := s&bhBorrow == 0
 	if !ok {
 		// The count was 0: put it back. A caller that queued meanwhile,
@@ -328,7 +336,14 @@ func (b *Bulkhead) abandon(w *permitWaiter) {
 // Release without a permit held panics with "ratelimit: Release without
 // Acquire", leaving the count unchanged: it is a programmer error.
 func (b *Bulkhead) Release() {
-	if !b.decrement() {
+	// decrement, written out so that Release inlines.
+	if s := b.state.Add(^uint64(0)); s&(bhBorrow|bhWaitersBit) != 0 {
+		b.releaseSlow(s)
+	}
+}
+
+func (b *Bulkhead) releaseSlow(s uint64) {
+	if !b.decrementSlow(s) {
 		panic(errReleaseWithoutAcquire)
 	}
 }
