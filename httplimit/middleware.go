@@ -279,7 +279,8 @@ func WithProblemJSON() CommonOption { return problemOption{} }
 // WithErrorHandler replaces the response to a request the middleware could
 // not decide. The default answers 403 Forbidden to a request without a key
 // (ErrNoKey), 500 Internal Server Error to one without a class
-// (ErrNoClass), and 503 Service Unavailable to a limiter error.
+// (ErrNoClass), and 503 Service Unavailable with Retry-After: 1 to a
+// limiter error.
 func WithErrorHandler(f ErrorFunc) ResponseOption {
 	return responseOption(func(c *response) { c.onError = f })
 }
@@ -667,6 +668,10 @@ func defaultError(logf func(string)) ErrorFunc {
 			})
 			http.Error(w, "internal server error: the rate limit for this request is misconfigured", http.StatusInternalServerError)
 		default:
+			// A limiter that failed (a remote backend down) is an outage,
+			// not a denial: ask clients to come back in a second rather
+			// than at once.
+			w.Header().Set(hdrRetryAfter, "1")
 			http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
 		}
 	}
