@@ -20,6 +20,7 @@ var algorithms = []algorithm{
 		build: func(rate Rate, capacity int, opts ...Option) (testLimiter, error) {
 			return asTestLimiter(NewTokenBucket(rate, capacity, opts...))
 		},
+		actBound: tokenActBound,
 		bound:    bucketBound,
 		stepFuzz: fuzzTokenBucket,
 		longRuns: lrTokenBucketRuns,
@@ -35,6 +36,7 @@ var algorithms = []algorithm{
 		build: func(rate Rate, capacity int, opts ...Option) (testLimiter, error) {
 			return asTestLimiter(NewLeakyBucket(rate, capacity, opts...))
 		},
+		actBound: leakyActBound,
 		bound:    bucketBound,
 		stepFuzz: fuzzLeakyBucket,
 		longRuns: lrLeakyBucketRuns,
@@ -50,6 +52,7 @@ var algorithms = []algorithm{
 		build: func(rate Rate, _ int, opts ...Option) (testLimiter, error) {
 			return asTestLimiter(NewFixedWindow(rate, opts...))
 		},
+		actBound: fixedWindowActBound,
 		bound: func(r Rate, l, e int64) int64 {
 			if e == 0 {
 				return l
@@ -59,6 +62,7 @@ var algorithms = []algorithm{
 		window: &windowSuite{
 			oracle:      func(l int, w int64) winOracle { return newFWOracle(l, w) },
 			oracleRates: [][2]int64{{1, 1000}, {3, 1000}, {10, 997}, {5, int64(time.Second)}},
+			storm:       windowStorm{fixed: true, slide: func(l int, _ int64) int { return 2 * l }, fifo: true},
 		},
 		windowFuzz: fuzzFixedWindow,
 		longRuns:   lrFixedWindowRuns,
@@ -73,10 +77,12 @@ var algorithms = []algorithm{
 		build: func(rate Rate, _ int, opts ...Option) (testLimiter, error) {
 			return asTestLimiter(NewSlidingLog(rate, opts...))
 		},
-		bound: func(r Rate, l, e int64) int64 { return satMul(l, e/int64(r.Period)+1) },
+		actBound: slidingLogActBound,
+		bound:    func(r Rate, l, e int64) int64 { return satMul(l, e/int64(r.Period)+1) },
 		window: &windowSuite{
 			oracle:      func(l int, w int64) winOracle { return newSLOracle(l, w) },
 			oracleRates: [][2]int64{{1, 1000}, {3, 1000}, {10, 997}, {5, int64(time.Second)}},
+			storm:       windowStorm{fixed: false, slide: func(l int, _ int64) int { return l }, fifo: true},
 		},
 		windowFuzz: fuzzSlidingLog,
 		longRuns:   lrSlidingLogRuns,
@@ -95,6 +101,7 @@ var algorithms = []algorithm{
 		build: func(rate Rate, _ int, opts ...Option) (testLimiter, error) {
 			return asTestLimiter(NewSlidingWindowCounter(rate, opts...))
 		},
+		actBound: slidingCounterActBound,
 		bound: func(r Rate, l, e int64) int64 {
 			if e == 0 {
 				return l
@@ -104,6 +111,7 @@ var algorithms = []algorithm{
 		window: &windowSuite{
 			oracle:      func(l int, w int64) winOracle { return newSWCOracle(l, w) },
 			oracleRates: [][2]int64{{1, 1000}, {3, 1000}, {10, 997}, {5, int64(time.Second)}, {4, 3}},
+			storm:       windowStorm{fixed: true, slide: swcBound, fifo: false},
 		},
 		windowFuzz: fuzzSlidingCounter,
 		longRuns:   lrSlidingCounterRuns,
@@ -134,6 +142,9 @@ type algorithm struct {
 	// bound is the most events a configuration lets act within elapsed ns
 	// of the first one (bounds_test.go).
 	bound func(rate Rate, limit, elapsed int64) int64
+	// actBound checks the events of one key that acted against the bound
+	// at rate with capacity (cancel_test.go).
+	actBound func(rate Rate, capacity int) func(evs []actEvent) error
 	// window is set for a window algorithm: the window suite's oracle
 	// (windows_test.go).
 	window *windowSuite
@@ -203,14 +214,17 @@ func TestAlgorithmsComplete(t *testing.T) {
 			t.Errorf("entry %q: a name and a vector name, each unique, are required", alg.name)
 		}
 		seen[alg.name], seen["vectors:"+alg.vectors] = true, true
-		if alg.build == nil || alg.bound == nil || alg.longRuns == nil || alg.bench.allow == nil || alg.bench.deny == nil {
-			t.Errorf("%s: build, bound, longRuns and bench are required", alg.name)
+		if alg.build == nil || alg.bound == nil || alg.actBound == nil || alg.longRuns == nil || alg.bench.allow == nil || alg.bench.deny == nil {
+			t.Errorf("%s: build, bound, actBound, longRuns and bench are required", alg.name)
 		}
 		if (alg.stepFuzz == nil) == (alg.windowFuzz == nil) {
 			t.Errorf("%s: exactly one of stepFuzz and windowFuzz is required", alg.name)
 		}
 		if (alg.window == nil) != (alg.windowFuzz == nil) {
 			t.Errorf("%s: a window algorithm has both window and windowFuzz, a bucket neither", alg.name)
+		}
+		if w := alg.window; w != nil && (w.oracle == nil || len(w.oracleRates) == 0 || w.storm.slide == nil) {
+			t.Errorf("%s: the window suite needs an oracle, its rates and the storm's bound", alg.name)
 		}
 		lim, err := alg.new(suiteLimit, suitePeriod, NewManualClock(suiteT0))
 		if err != nil {

@@ -422,6 +422,17 @@ type windowSuite struct {
 	oracle func(limit int, w int64) winOracle
 	// oracleRates are the (limit, window in ns) pairs of the oracle test.
 	oracleRates [][2]int64
+	// storm is what the wait storm (hardening_test.go) holds the
+	// successes of many waiters on one key to.
+	storm windowStorm
+}
+
+// windowStorm is a window algorithm's bound on the waiters of one key that
+// succeed.
+type windowStorm struct {
+	fixed bool                         // at most L per window aligned to the epoch
+	slide func(limit int, w int64) int // at most this many in any interval of length W
+	fifo  bool                         // successes in order of arrival
 }
 
 // newWindow builds the window algorithm alg at rate with opts.
