@@ -49,12 +49,15 @@ func WithShards(n int) Option { return func(cfg *config) { cfg.shards = n } }
 
 // WithMaxKeys caps the number of keys the store holds (default 0: no cap).
 // When a new key arrives at the cap, the store drops a key at rest if it
-// finds one (losslessly), else a key of a sample chosen by CLOCK, an
-// approximation of least recently used: one not used since the clock hand
-// last passed it (lossy: that key starts afresh, with a full allowance).
-// Stats counts both.
-// With a cap, the store uses at most max(1, n/16) shards, each holding at
-// most its share, so the total never exceeds n.
+// finds one near its clock hand (losslessly), else a key chosen by CLOCK,
+// an approximation of least recently used: the first the hand comes to
+// that was not used since the hand last passed it (lossy: that key starts
+// afresh, with a full allowance). Stats counts both. A new key at the cap
+// costs a small multiple of what it costs below it, whatever the cap.
+// With a cap, the store uses at most max(1, n/16) shards, and at least
+// n/8192 (up to 65,536) whatever WithShards says, so that no shard holds
+// more than 8,192 keys; each holds at most its share, so the total never
+// exceeds n.
 func WithMaxKeys(n int) Option { return func(cfg *config) { cfg.maxKeys = n } }
 
 // WithSweepInterval starts a goroutine that drops every key at rest each

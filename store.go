@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"math"
+	"math/bits"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -108,14 +110,21 @@ type shard[S any] struct {
 	_   [56]byte // keep tab, read by every call, off the line mu is on
 
 	mu     sync.Mutex
-	used   int   // bytes of the current arena in use
-	dead   int   // bytes of keys that are no longer held
-	n      int   // keys held
-	restAt int64 // the latest instant at which a key was dropped at rest
-	peek   S     // scratch state for peeking at an absent key
-	cursor int   // the clock hand: where the next eviction sample starts
+	used   int    // bytes of the current arena in use
+	dead   int    // bytes of keys that are no longer held
+	n      int    // keys held
+	restAt int64  // the latest instant at which a key was dropped at rest
+	peek   S      // scratch state for peeking at an absent key
+	cursor int    // where the next eviction sample starts: the clock hand
+	hand   int    // the hand's step in its cycle through the table
+	scram  uint64 // the key of the order the hand visits the slots in
+	sample int    // keys an eviction looks through for one at rest, 0: evictProbe
 
 	inserts, evictedAtRest, evictedLRU uint64
+
+	// probed counts the slots looked at under mu by lookups, inserts,
+	// evictions and deletes: their cost, which tests read.
+	probed uint64
 
 	_ [64]byte // keep neighbouring shards apart
 }
@@ -141,7 +150,16 @@ type slot[S any] struct {
 const (
 	minSlots   = 8
 	restGrace  = 10 * time.Second // how long a key rests before a growing table drops it
-	evictProbe = 32               // keys sampled when choosing a victim at the cap
+	evictProbe = 16               // keys sampled when choosing a victim at the cap
+	handRun    = 8                // slots the clock hand visits in a row before it jumps
+
+	// maxShardKeys is the most keys a shard holds under a cap: the store
+	// takes more shards than asked for a cap above maxShardKeys times
+	// their number (up to maxShards), since a shard's table is rebuilt
+	// whole, under its mutex, when it grows or its arena is compacted, a
+	// pause that grows with its keys.
+	maxShardKeys = 1 << 13
+	maxShards    = 1 << 16
 
 	offMask  = 1<<32 - 1
 	lockBit  = 1 << 32
@@ -177,11 +195,18 @@ func newStore[S any](cfg config, init func(s *S, now int64), atRest func(s *S, n
 		for nshards > 1 && nshards > cfg.maxKeys/16 {
 			nshards /= 2
 		}
+		for nshards < maxShards && cfg.maxKeys/nshards > maxShardKeys {
+			nshards *= 2
+		}
 		perShard = cfg.maxKeys / nshards
+	}
+	shards := make([]shard[S], nshards)
+	for i := range shards {
+		shards[i].scram = rand.Uint64()
 	}
 	return &store[S]{
 		seed:        maphash.MakeSeed(),
-		shards:      make([]shard[S], nshards),
+		shards:      shards,
 		shardMask:   uint64(nshards - 1),
 		perShardMax: perShard,
 		maxKeys:     cfg.maxKeys,
@@ -378,7 +403,9 @@ func (sh *shard[S]) find(key string, tag uint64) (*slot[S], uint64) {
 func (st *store[S]) lockSlow(sh *shard[S], key string, tag uint64, now int64, create bool) (handle[S], *S, bool) {
 	sh.mu.Lock()
 	if t := sh.tab.Load(); t != nil {
-		if i := t.index(key, tag); i >= 0 {
+		i, probes := t.index(key, tag)
+		sh.probed += uint64(probes)
+		if i >= 0 {
 			sl := &t.slots[i]
 			w := sl.lockWait()
 			sh.mu.Unlock()
@@ -396,18 +423,19 @@ func (st *store[S]) lockSlow(sh *shard[S], key string, tag uint64, now int64, cr
 	return handle[S]{sl: sl, rel: w}, &sl.s, true
 }
 
-// index returns the slot holding key, or -1. Requires the shard's mutex
-// held, so that no key moves.
-func (t *table[S]) index(key string, tag uint64) int {
+// index returns the slot holding key, or -1, and how many slots it looked
+// at. Requires the shard's mutex held, so that no key moves.
+func (t *table[S]) index(key string, tag uint64) (i, probes int) {
 	b := t.keys
 	n := len(t.slots)
-	for i := home(tag, n); ; {
+	for i = home(tag, n); ; {
+		probes++
 		w := atomic.LoadUint64(&t.slots[i].hdr)
 		if w == 0 {
-			return -1
+			return -1, probes
 		}
 		if w&tagBits == tag && keyAt(b, w&offMask, key) {
-			return i
+			return i, probes
 		}
 		if i++; i == n {
 			i = 0
@@ -463,11 +491,14 @@ func (st *store[S]) insert(sh *shard[S], key string, tag uint64, now int64) (*sl
 	t := sh.tab.Load()
 	n := len(t.slots)
 	i := home(tag, n)
+	probes := uint64(1)
 	for atomic.LoadUint64(&t.slots[i].hdr) != 0 {
 		if i++; i == n {
 			i = 0
 		}
+		probes++
 	}
+	sh.probed += probes
 	off := sh.appendKey(t, key, st.arenaMax)
 	sl := &t.slots[i] // the same slots, whatever table value appendKey left
 	var zero S
@@ -535,9 +566,7 @@ func (st *store[S]) sweepShard(sh *shard[S], now int64, all bool) {
 		if atomic.LoadUint64(&sl.hdr) != 0 {
 			w := sl.lockWait()
 			if st.atRest(&sl.s, now) {
-				sh.deleteAt(t, j) // a later key may move here: look again
-				sh.evictedAtRest++
-				sh.restAt = max(sh.restAt, now)
+				sh.dropAtRest(t, j, now) // a later key may move here: look again
 				continue
 			}
 			sl.unlock(w)
@@ -549,58 +578,143 @@ func (st *store[S]) sweepShard(sh *shard[S], now int64, all bool) {
 	}
 }
 
-// evictOne drops one key to make room, by CLOCK with a preference for keys
-// at rest. It samples up to evictProbe keys from the clock hand: the first
-// key at rest in the sample goes (which changes no decision); else the
-// first key not used since the hand last passed it, clearing the reference
-// bits of the keys the hand passes on the way (their second chance); else,
-// every key of the sample having been used, the first of the sample.
-// Requires sh.mu held and sh.n > 0.
+// evictOne drops one key to make room, preferring a key at rest. First
+// it looks through a sample of keys in table order from the key at the
+// clock hand: the first of them at rest goes (which changes no decision).
+// The sample is evictProbe keys, halved each time it holds no key at rest
+// (down to the hand's key alone) and doubled each time it does, so that a
+// flood of keys that never rest costs a few slots per eviction, not
+// evictProbe locks. Else CLOCK: the hand moves on through the slots and
+// the first key it comes to that is at rest, or was not used since the
+// hand last passed it, goes, the keys it passes on the way losing their
+// reference bit (their second chance); if the evictProbe keys it comes to
+// have all been used, the last of them goes.
+//
+// The hand visits the slots in a scattered order (handSlot), not one after
+// the other. Slots are in hash order, so a hand moving steadily
+// through them drops keys in hash order: just behind it the table is
+// nearly empty and ahead of it, where keys have gathered the longest, it
+// is packed solid, one probe run that grows with the table and that every
+// insert landing in it and every delete in it walks. Scattered, the drops
+// fall evenly across the hashes at any time scale, so the keys held stay
+// a uniform sample of them and probe runs stay as short as the load makes
+// them. Requires sh.mu held and sh.n > 0.
 func (st *store[S]) evictOne(sh *shard[S], now int64) {
 	t := sh.tab.Load()
 	n := len(t.slots)
-	victim := -1
-	i := sh.cursor
-	for seen := 0; seen < evictProbe && seen < sh.n; {
-		if i >= n {
+	probes := uint64(1)
+	for atomic.LoadUint64(&t.slots[sh.cursor].hdr) == 0 {
+		sh.moveHand(n)
+		probes++
+	}
+	if sh.sample == 0 {
+		sh.sample = evictProbe
+	}
+	for i, seen := sh.cursor, 0; seen < sh.sample && seen < sh.n; i++ {
+		if i == n {
 			i = 0
 		}
+		probes++
 		sl := &t.slots[i]
 		if atomic.LoadUint64(&sl.hdr) == 0 {
-			i++
 			continue
 		}
 		seen++
 		w := sl.lockWait()
 		if st.atRest(&sl.s, now) {
+			sh.probed += probes
+			sh.sample = min(2*sh.sample, evictProbe)
+			sh.dropAtRest(t, i, now)
+			return
+		}
+		sl.unlock(w)
+	}
+	sh.sample = max(sh.sample/2, 1)
+	for passed := 0; ; {
+		i := sh.cursor
+		sh.moveHand(n)
+		probes++
+		sl := &t.slots[i]
+		if atomic.LoadUint64(&sl.hdr) == 0 {
+			continue
+		}
+		w := sl.lockWait()
+		if st.atRest(&sl.s, now) {
+			sh.probed += probes
+			sh.dropAtRest(t, i, now)
+			return
+		}
+		if passed++; w&refBit == 0 || passed == evictProbe {
+			sh.probed += probes
 			sh.deleteAt(t, i)
-			sh.evictedAtRest++
-			sh.restAt = max(sh.restAt, now)
+			sh.evictedLRU++
+			return
+		}
+		sl.unlock(w &^ refBit)
+	}
+}
+
+// dropAtRest deletes the key at slot i, whose lock bit the caller holds,
+// at rest at now. Requires sh.mu held.
+func (sh *shard[S]) dropAtRest(t *table[S], i int, now int64) {
+	sh.deleteAt(t, i)
+	sh.evictedAtRest++
+	sh.restAt = max(sh.restAt, now)
+}
+
+// moveHand moves the clock hand to its next slot in a table of n slots.
+func (sh *shard[S]) moveHand(n int) {
+	steps := handSteps(n)
+	for {
+		if sh.hand++; sh.hand >= steps {
+			sh.hand = 0
+		}
+		if i := handSlot(sh.hand, n, sh.scram); i >= 0 {
 			sh.cursor = i
 			return
 		}
-		if victim < 0 {
-			if w&refBit == 0 {
-				victim = i
-			} else {
-				w &^= refBit
-			}
-		}
-		sl.unlock(w)
-		i++
 	}
-	if victim < 0 {
-		victim = sh.cursor % n
-		for atomic.LoadUint64(&t.slots[victim].hdr) == 0 {
-			if victim++; victim == n {
-				victim = 0
-			}
+}
+
+// handSteps is the length of the clock hand's cycle through a table of n
+// slots: handRun steps for each run of handRun slots.
+func handSteps(n int) int { return (n + handRun - 1) / handRun * handRun }
+
+// handSlot returns the slot the clock hand visits at step k of its cycle
+// through a table of n slots, or -1 for none (past the end of the table,
+// in its last run). The hand visits the runs of handRun slots in the order
+// of scatter, and the slots of each run one after the other: the runs are
+// too short for an uneven spread of keys within them to matter, and long
+// enough that most evictions find the hand's slot in the cache.
+func handSlot(k, n int, key uint64) int {
+	i := scatter(k/handRun, (n+handRun-1)/handRun, key)*handRun + k%handRun
+	if i >= n {
+		return -1
+	}
+	return i
+}
+
+// scatter returns the slot the clock hand visits at step k of its cycle
+// through a table of n slots. It is a permutation of [0, n) keyed by key,
+// so the hand still visits every slot once a cycle, that sends steps close
+// in time far apart in the table and slots close in the table far apart
+// in time: two rounds of a multiply-add and a xor-shift on the smallest
+// power of two holding n (each a bijection of it), walked until the result
+// falls in [0, n) (so a bijection of that), fewer than two rounds of
+// walking on average.
+func scatter(k, n int, key uint64) int {
+	b := uint(bits.Len(uint(n - 1)))
+	mask := uint64(1)<<b - 1
+	x := uint64(k)
+	for {
+		x = (x*0x9e3779b97f4a7c15 + key) & mask
+		x ^= x >> (b/2 + 1)
+		x = (x*0xbf58476d1ce4e5b9 + key>>32) & mask
+		x ^= x >> (b/2 + 1)
+		if x < uint64(n) {
+			return int(x)
 		}
 	}
-	t.slots[victim].lockWait()
-	sh.deleteAt(t, victim)
-	sh.evictedLRU++
-	sh.cursor = victim // a later key may have moved here: it is next
 }
 
 // deleteAt empties slot i, whose lock bit the caller holds, and shifts
@@ -617,6 +731,7 @@ func (sh *shard[S]) deleteAt(t *table[S], i int) {
 		if j++; j == n {
 			j = 0
 		}
+		sh.probed++
 		sl := &slots[j]
 		w := atomic.LoadUint64(&sl.hdr)
 		if w == 0 {
@@ -647,7 +762,7 @@ func (sh *shard[S]) maybeShrink() bool {
 	}
 	if sh.n == 0 {
 		sh.tab.Store(nil) // every slot is empty: no reader holds one
-		sh.used, sh.dead, sh.cursor = 0, 0, 0
+		sh.used, sh.dead, sh.cursor, sh.hand = 0, 0, 0, 0
 		return true
 	}
 	sh.rebuild(max(minSlots, int(float64(sh.n)/sweptLoad)+1), true)
@@ -661,7 +776,7 @@ func (sh *shard[S]) maybeShrink() bool {
 // new one. Requires sh.mu held.
 func (sh *shard[S]) rebuild(size int, compact bool) {
 	old := sh.tab.Load()
-	sh.cursor = 0
+	sh.hand, sh.cursor = 0, handSlot(0, size, sh.scram) // a run's first slot: in the table
 	nt := &table[S]{slots: make([]slot[S], size)}
 	var ob, nb []byte
 	if old != nil {

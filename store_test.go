@@ -176,9 +176,12 @@ func TestStoreLazySweep(t *testing.T) {
 	}
 }
 
-// At the cap, a key at rest in the sample goes first; else CLOCK: the
-// first key from the hand not used since the hand last passed it, the hand
-// clearing the reference bits it passes; else the first of the sample.
+// At the cap, a key at rest in the sample (the keys in table order from the
+// hand, evictProbe of them, halved after each eviction that found none at
+// rest, doubled after each that did) goes first; else CLOCK: the first key
+// the hand comes to that is at rest or not used since the hand last passed
+// it, the hand clearing the reference bits it passes; else, after
+// evictProbe keys all used, the last of them.
 func TestStoreCapDropsAtRestFirstThenCLOCK(t *testing.T) {
 	// A cap of evictProbe keys in one shard: the sample is the whole shard.
 	st := newTestStore(evictProbe, 1)
@@ -186,18 +189,40 @@ func TestStoreCapDropsAtRestFirstThenCLOCK(t *testing.T) {
 	for i := 0; i < evictProbe; i++ {
 		storeSet(st, fmt.Sprint("busy", i), 1) // not at rest, not used since
 	}
-	// order lists the keys held in table order from the hand, with their
-	// reference bits.
+	// order lists the keys held in the order the hand comes to them, with
+	// their reference bits.
 	order := func() (keys []string, ref []bool) {
 		slots, arena := tableOf(sh)
-		for j := range slots {
-			w := slots[(sh.cursor+j)%len(slots)].hdr
-			if w != 0 {
+		n := len(slots)
+		if handSlot(sh.hand, n, sh.scram) != sh.cursor {
+			t.Fatalf("the hand is at step %d, slot %d: not where its order puts it", sh.hand, sh.cursor)
+		}
+		steps := handSteps(n)
+		for j := range steps {
+			i := handSlot((sh.hand+j)%steps, n, sh.scram)
+			if i < 0 {
+				continue
+			}
+			if w := slots[i].hdr; w != 0 {
 				keys = append(keys, string(arenaKey(arena, w&offMask)))
 				ref = append(ref, w&refBit != 0)
 			}
 		}
 		return keys, ref
+	}
+	// sample lists the keys held in table order from the hand, first moved
+	// to a key as evictOne moves it.
+	sample := func() (keys []string) {
+		slots, arena := tableOf(sh)
+		for slots[sh.cursor].hdr == 0 {
+			sh.moveHand(len(slots))
+		}
+		for j := range slots {
+			if w := slots[(sh.cursor+j)%len(slots)].hdr; w != 0 {
+				keys = append(keys, string(arenaKey(arena, w&offMask)))
+			}
+		}
+		return keys
 	}
 	held := func(key string) bool { // without touching the key, unlike storeGet
 		keys, _ := order()
@@ -246,25 +271,60 @@ func TestStoreCapDropsAtRestFirstThenCLOCK(t *testing.T) {
 		t.Fatalf("the hand left reference bits set: %v", ref)
 	}
 
-	// 3. Every key used: the first of the sample goes, and the hand clears
-	// every bit of the sample.
+	// 3. Every key used: the hand passes evictProbe of them, clearing their
+	// bits, and drops the last.
 	keys, _ = order()
 	for _, k := range keys {
 		storeSet(st, k, 1)
 	}
 	storeSet(st, "new3", 1)
 	expect("third eviction", 0, 3)
-	if held(keys[0]) || !held(keys[1]) {
-		t.Fatalf("every key used: %q should have gone, not %q", keys[0], keys[1])
+	if held(keys[len(keys)-1]) || !held(keys[0]) {
+		t.Fatalf("every key used: %q should have gone, not %q", keys[len(keys)-1], keys[0])
+	}
+	if _, ref := order(); slices.Contains(ref, true) {
+		t.Fatalf("the hand left reference bits set: %v", ref)
 	}
 
-	// 4. A key at rest goes before any busy key, wherever it is.
-	keys, _ = order()
-	storeSet(st, keys[20], 2) // at rest, and just used
+	// 4. Three evictions found no key at rest: the sample is an eighth.
+	if sh.sample != evictProbe/8 {
+		t.Fatalf("after three samples without a key at rest, the sample is %d keys, want %d", sh.sample, evictProbe/8)
+	}
+
+	// 5. A key at rest in the sample goes before any busy key, and the
+	// sample doubles.
+	in := sample()[sh.sample-1]
+	storeSet(st, in, 2) // at rest, and just used
 	storeSet(st, "new4", 1)
-	expect("at rest", 1, 3)
-	if held(keys[20]) {
-		t.Fatal("the key at rest was kept while a busy key was dropped")
+	expect("at rest in the sample", 1, 3)
+	if held(in) {
+		t.Fatal("the key at rest in the sample was kept while a busy key was dropped")
+	}
+	if sh.sample != evictProbe/4 {
+		t.Fatalf("after a sample with a key at rest, the sample is %d keys, want %d", sh.sample, evictProbe/4)
+	}
+
+	// 6. A key at rest beyond the sample goes when the hand comes to it
+	// before any key not used: the keys it passes keep their state.
+	inSample := sample()[:sh.sample]
+	keys, _ = order()
+	j := 1
+	for slices.Contains(inSample, keys[j]) {
+		j++
+	}
+	for _, k := range keys[:j] {
+		storeSet(st, k, 1) // used
+	}
+	storeSet(st, keys[j], 2) // at rest
+	storeSet(st, "new5", 1)
+	expect("at rest at the hand", 2, 3)
+	if held(keys[j]) {
+		t.Fatal("the key at rest the hand came to was kept")
+	}
+	for _, k := range keys[:j] {
+		if !held(k) {
+			t.Fatalf("%q, used, was dropped", k)
+		}
 	}
 }
 
@@ -474,14 +534,27 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
+// Under a cap the store takes no more shards than the cap allows for small
+// ones, and enough that none holds more than maxShardKeys, whatever
+// WithShards asked.
 func TestStoreShardsWithCap(t *testing.T) {
-	for _, tc := range []struct{ maxKeys, shards int }{{1, 1}, {100, 4}, {10_000, 64}, {1 << 20, 64}} {
-		st := newTestStore(tc.maxKeys, 64)
+	for _, tc := range []struct{ asked, maxKeys, shards int }{
+		{64, 0, 64},
+		{64, 1, 1},
+		{64, 100, 4},
+		{64, 10_000, 64},
+		{64, 1 << 20, 128},
+		{1, 1_000_000, 128},
+		{64, 10_000_000, 2048},
+		{4096, 10_000_000, 4096},
+		{64, 1 << 31, maxShards},
+	} {
+		st := newTestStore(tc.maxKeys, tc.asked)
 		if len(st.shards) != tc.shards {
-			t.Errorf("maxKeys %d: %d shards, want %d", tc.maxKeys, len(st.shards), tc.shards)
+			t.Errorf("maxKeys %d, %d shards asked: %d shards, want %d", tc.maxKeys, tc.asked, len(st.shards), tc.shards)
 		}
-		if st.perShardMax*len(st.shards) > tc.maxKeys {
-			t.Errorf("maxKeys %d: shards could hold %d", tc.maxKeys, st.perShardMax*len(st.shards))
+		if st.perShardMax*len(st.shards) > tc.maxKeys || (len(st.shards) < maxShards && st.perShardMax > maxShardKeys) {
+			t.Errorf("maxKeys %d: %d shards of %d keys", tc.maxKeys, len(st.shards), st.perShardMax)
 		}
 	}
 }

@@ -1,0 +1,179 @@
+package ratelimit
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// BenchmarkKeyCap floods a token bucket capped at WithMaxKeys(cap) with new
+// keys on a frozen clock, so that no key is ever at rest and every new key
+// past the cap evicts a busy one (the costlier path). It reports:
+//
+//   - below-ns: mean ns per new key while the store fills from half the cap to
+//     three quarters of it, its tables then about as large as at the cap
+//     (growth included);
+//   - at-ns: mean ns per new key over a flood of cap more new keys at the
+//     cap;
+//   - at/below: their ratio; below-med-ns, at-med-ns: the median over
+//     chunks of new keys of their ns per key (robust to the pauses of a
+//     shared machine); below-slots, at-slots: the slots looked at
+//     per new key under a shard's mutex, the same measure as a count;
+//   - below-max-ns, at-max-ns: the slowest single call in each phase, and
+//     below-max-slots, at-max-slots: the most slots one call looked at
+//     under a shard's mutex (a count, untouched by the machine's noise);
+//   - rebuild-ns: the time to rebuild the largest shard's table, the
+//     longest a shard's mutex is held (growth, compaction, shrinking);
+//   - held-ns, held-flood-ns: ns per Allow of 1,024 keys held from the
+//     start, between the chunks of new keys below the cap and at it
+//     (held-lost: how many of those calls at the cap found their key
+//     evicted).
+//
+// The new keys come in chunks, timed whole (a held Allow is the median over
+// chunks); the slowest call is timed per call on every other chunk, so
+// the clock reads do not weigh on the means. ns/op is
+// meaningless: run with -benchtime 1x.
+func BenchmarkKeyCap(b *testing.B) {
+	for _, c := range []int{10_000, 100_000, 1_000_000, 4_000_000, 10_000_000} {
+		b.Run(fmt.Sprintf("cap=%d", c), func(b *testing.B) {
+			for b.Loop() {
+				benchKeyCap(b, c)
+			}
+		})
+	}
+}
+
+type capPhase struct {
+	perKey, medianKey, slowest float64 // ns
+	heldPerCall                float64
+	slotsPerKey                float64
+	maxSlots                   uint64
+}
+
+func benchKeyCap(b *testing.B, capKeys int) {
+	clk := NewManualClock(time.Unix(1_700_000_000, 0))
+	tb, err := NewTokenBucket(PerMinute(1), 5, WithClock(clk), WithMaxKeys(capKeys))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tb.Close()
+	st := tb.st
+	held := make([]string, 1024)
+	for i := range held {
+		held[i] = "held-" + strconv.Itoa(i)
+		tb.Allow(held[i])
+	}
+	chunk := min(8192, max(capKeys/32, 256))
+	keys := make([]string, chunk)
+	next := 0
+	fill := func() { // untimed: the next chunk of new keys
+		for i := range keys {
+			keys[i] = strconv.Itoa(next)
+			next++
+		}
+	}
+	median := func(xs []float64) float64 {
+		slices.Sort(xs)
+		return xs[len(xs)/2]
+	}
+	// run sends n new keys in chunks, each followed by a round over the
+	// held keys.
+	probed := func() (sum uint64) {
+		for i := range st.shards {
+			sum += st.shards[i].probed
+		}
+		return sum
+	}
+	run := func(n int) (p capPhase) {
+		var perKey, perHeld []float64
+		var timed time.Duration
+		p0, sent, timedKeys := probed(), 0, 0
+		for c := 0; c*chunk < n; c++ {
+			fill()
+			sent += len(keys)
+			if c%2 == 0 {
+				t0 := time.Now()
+				for _, k := range keys {
+					tb.Allow(k)
+				}
+				d := time.Since(t0)
+				timed += d
+				timedKeys += len(keys)
+				perKey = append(perKey, float64(d)/float64(len(keys)))
+			} else {
+				for _, k := range keys {
+					sh, _ := st.hash(k)
+					p0 := sh.probed
+					t0 := time.Now()
+					tb.Allow(k)
+					p.slowest = max(p.slowest, float64(time.Since(t0)))
+					p.maxSlots = max(p.maxSlots, sh.probed-p0)
+				}
+			}
+			t0 := time.Now()
+			for _, k := range held {
+				tb.Allow(k)
+			}
+			perHeld = append(perHeld, float64(time.Since(t0))/float64(len(held)))
+		}
+		p.perKey = float64(timed) / float64(timedKeys)
+		p.medianKey, p.heldPerCall = median(perKey), median(perHeld)
+		p.slotsPerKey = float64(probed()-p0) / float64(sent)
+		return p
+	}
+
+	for next < capKeys/2 { // to half the cap, untimed
+		fill()
+		for _, k := range keys {
+			tb.Allow(k)
+		}
+	}
+	below := run(capKeys / 4)
+	for tb.Stats().Keys < capKeys-len(held) && next < 2*capKeys { // to the cap, untimed
+		fill()
+		for _, k := range keys {
+			tb.Allow(k)
+		}
+	}
+	s0 := tb.Stats()
+	at := run(capKeys)
+	s1 := tb.Stats()
+	if s1.Keys > capKeys || s1.EvictedLRU == s0.EvictedLRU {
+		b.Fatalf("the flood did not run at the cap: %+v", s1)
+	}
+	// The longest hold: rebuilding the largest shard's table and arena.
+	var big *shard[tbState]
+	for i := range st.shards {
+		if sh := &st.shards[i]; big == nil || sh.slots() > big.slots() {
+			big = sh
+		}
+	}
+	rebuild := time.Duration(math.MaxInt64)
+	for range 5 {
+		big.mu.Lock()
+		t0 := time.Now()
+		big.rebuild(big.slots(), true)
+		rebuild = min(rebuild, time.Since(t0))
+		big.mu.Unlock()
+	}
+	b.ReportMetric(below.perKey, "below-ns")
+	b.ReportMetric(at.perKey, "at-ns")
+	b.ReportMetric(at.perKey/below.perKey, "at/below")
+	b.ReportMetric(below.medianKey, "below-med-ns")
+	b.ReportMetric(at.medianKey, "at-med-ns")
+	b.ReportMetric(below.slowest, "below-max-ns")
+	b.ReportMetric(at.slowest, "at-max-ns")
+	b.ReportMetric(below.slotsPerKey, "below-slots")
+	b.ReportMetric(at.slotsPerKey, "at-slots")
+	b.ReportMetric(float64(below.maxSlots), "below-max-slots")
+	b.ReportMetric(float64(at.maxSlots), "at-max-slots")
+	b.ReportMetric(float64(rebuild), "rebuild-ns")
+	b.ReportMetric(below.heldPerCall, "held-ns")
+	b.ReportMetric(at.heldPerCall, "held-flood-ns")
+	// Every insert past s0 is a new key or a held key evicted and back.
+	floodKeys := (capKeys + chunk - 1) / chunk * chunk
+	b.ReportMetric(float64(int(s1.Inserts-s0.Inserts)-floodKeys), "held-lost")
+}
