@@ -9,9 +9,9 @@ import (
 
 // testAlgorithms is the one list of this module's algorithms that its tests
 // range over: the conformance traces against the core, the test vectors,
-// two replicas hammering one key, and the benchmarks. Adding an algorithm
-// is one entry here. (The core's own list is in its test files, which this
-// module cannot import.)
+// the bounds under Reserve and Cancel, two replicas hammering one key, and
+// the benchmarks. Adding an algorithm is one entry here. (The core's own
+// list is in its test files, which this module cannot import.)
 var testAlgorithms = []testAlgorithm{
 	{
 		name: "TokenBucket", vectors: "tokenbucket", bucket: true,
@@ -27,9 +27,14 @@ var testAlgorithms = []testAlgorithm{
 			{ratelimit.PerDay(150), 150},
 			{ratelimit.PerSecond(1_000_000_007), 40},
 			{ratelimit.PerDay(1), 35},
+			// A numerator past 10^14, which Lua's number-to-string would
+			// print in exponent form.
+			{ratelimit.Per(1<<52-3, 30*24*time.Hour), 40},
 		},
 		hammer: params{ratelimit.PerHour(1), 25}, hammerExact: true,
-		bench: params{ratelimit.PerSecond(1_000_000), 1000},
+		bench:  params{ratelimit.PerSecond(1_000_000), 1000},
+		bounds: []params{{ratelimit.PerSecond(10), 1}, {ratelimit.Per(7, 2*time.Second), 3}, {ratelimit.PerSecond(3), 5}},
+		bound:  func(p params) func([]booked) error { return tokenBound(p.rate, p.capacity) },
 	},
 	{
 		name: "LeakyBucket", vectors: "leakybucket", bucket: true,
@@ -45,10 +50,13 @@ var testAlgorithms = []testAlgorithm{
 			{ratelimit.PerDay(150), 150},
 			{ratelimit.PerSecond(1_000_000_007), 40},
 			{ratelimit.Per(1, 7*time.Nanosecond), 3},
+			{ratelimit.Per(1<<52-3, 30*24*time.Hour), 40}, // as above
 		},
 		// A leaky bucket lets an event through only when its queue is empty.
 		hammer: params{ratelimit.PerHour(1), 25}, hammerExact: false,
-		bench: params{ratelimit.PerSecond(1_000_000), 1000},
+		bench:  params{ratelimit.PerSecond(1_000_000), 1000},
+		bounds: []params{{ratelimit.PerSecond(10), 3}, {ratelimit.Per(7, 2*time.Second), 2}},
+		bound:  func(p params) func([]booked) error { return leakyBound(p.rate) },
 	},
 	{
 		name: "FixedWindow", vectors: "fixedwindow",
@@ -66,7 +74,9 @@ var testAlgorithms = []testAlgorithm{
 			{rate: ratelimit.Per(1, 35*24*time.Hour)},
 		},
 		hammer: params{rate: ratelimit.Per(25, 35*24*time.Hour)}, hammerExact: true,
-		bench: params{rate: ratelimit.PerSecond(1_000_000)},
+		bench:  params{rate: ratelimit.PerSecond(1_000_000)},
+		bounds: []params{{rate: ratelimit.Per(3, time.Second)}},
+		bound:  func(p params) func([]booked) error { return fixedWindowBound(p.rate) },
 	},
 	{
 		name: "SlidingLog", vectors: "slidinglog",
@@ -84,7 +94,9 @@ var testAlgorithms = []testAlgorithm{
 			{rate: ratelimit.Per(2500, time.Minute)}, // pushes of more than 1000 instants
 		},
 		hammer: params{rate: ratelimit.PerHour(25)}, hammerExact: true,
-		bench: params{rate: ratelimit.PerSecond(1000)},
+		bench:  params{rate: ratelimit.PerSecond(1000)},
+		bounds: []params{{rate: ratelimit.Per(3, time.Second)}},
+		bound:  func(p params) func([]booked) error { return slidingBound(p.rate.Period, p.rate.N) },
 	},
 	{
 		name: "SlidingWindowCounter", vectors: "slidingcounter",
@@ -103,7 +115,12 @@ var testAlgorithms = []testAlgorithm{
 			{rate: ratelimit.Per(999_999_937, 3*time.Second+7)},
 		},
 		hammer: params{rate: ratelimit.Per(25, 35*24*time.Hour)}, hammerExact: true,
-		bench: params{rate: ratelimit.PerSecond(1_000_000)},
+		bench:  params{rate: ratelimit.PerSecond(1_000_000)},
+		bounds: []params{{rate: ratelimit.Per(4, time.Second)}},
+		bound: func(p params) func([]booked) error {
+			n, w := p.rate.N, int64(p.rate.Period)
+			return slidingBound(p.rate.Period, 2*n-(2*n+w-1)/w)
+		},
 	},
 }
 
@@ -128,6 +145,10 @@ type testAlgorithm struct {
 	hammerExact bool
 	// bench allows most calls of the benchmarks.
 	bench params
+	// bounds are the parameters of TestBoundsUnderReserveAndCancel, and
+	// bound the bound it holds the events that act to.
+	bounds []params
+	bound  func(p params) func([]booked) error
 }
 
 // params are the parameters of a limiter: its rate and, for a bucket, its
@@ -159,4 +180,15 @@ func (a testAlgorithm) conformanceCase(p params) algoCase {
 		},
 		redis: a.builder(p),
 	}
+}
+
+// tokenBucketCase is the conformance case of the TokenBucket with rate and
+// capacity, for the tests of one algorithm.
+func tokenBucketCase(rate ratelimit.Rate, capacity int) algoCase {
+	for _, a := range testAlgorithms {
+		if a.name == "TokenBucket" {
+			return a.conformanceCase(params{rate, capacity})
+		}
+	}
+	panic("no TokenBucket in testAlgorithms")
 }

@@ -55,6 +55,19 @@ func pairFor(t *testing.T, c algoCase, mc *ratelimit.ManualClock, client Client)
 	return core, rds
 }
 
+// TestWindow: each Redis limiter reports the window of its in-memory twin.
+func TestWindow(t *testing.T) {
+	client := newClient(t, redisAddr(t), true)
+	type windowed interface{ Window() time.Duration }
+	for _, c := range conformanceCases() {
+		mc := ratelimit.NewManualClock(start)
+		core, rds := pairFor(t, c, mc, client)
+		if got, want := rds.(windowed).Window(), core.(windowed).Window(); got != want {
+			t.Errorf("%s: Window() = %v, want %v", c.name, got, want)
+		}
+	}
+}
+
 func TestConformanceRandomTraces(t *testing.T) {
 	client := newClient(t, redisAddr(t), true)
 	for _, c := range conformanceCases() {
