@@ -64,6 +64,10 @@ lint: vet
 ## BENCH narrows the run, the flood is left out unless MEMBENCH asks for it:
 ## make bench BENCH='OneKey/path=allow'                      (no flood)
 ## make bench BENCH=Keys MEMBENCH='^BenchmarkMemory$$'       (with it)
+## BenchmarkContended (one key and one bulkhead from every goroutine) runs
+## in each round after the rest, at -cpu CPUS (default 1,2,4,8; more goroutines than
+## cores shows what a spinning lock costs when its holder is descheduled);
+## BENCH=Contended runs it alone; CONTENDED= (empty) leaves it out.
 ## BenchmarkRedis is left to make bench-redis. RATIOSFLAGS=-targets adds
 ## the project's performance targets to the ratios, checked on the run.
 ## A CPU profile of one row: make bench-profile PROFILE='OneKey/path=allow/impl=ours-tokenbucket/run=serial'
@@ -72,6 +76,8 @@ BENCHTIME ?= 300ms
 BENCH ?= .
 MEMBENCH ?= $(if $(filter .,$(BENCH)),^BenchmarkMemory$$,)
 MEMCOUNT ?= 1
+CONTENDED ?= $(if $(filter .,$(BENCH)),^BenchmarkContended$$,$(if $(findstring Contended,$(BENCH)),$(BENCH),))
+CPUS ?= 1,2,4,8
 BENCHRAW ?= bench.txt
 RATIOSFLAGS ?=
 BENCHWARN = if [ '$(COUNT)' -lt 2 ]; then echo "warning: COUNT=$(COUNT): one sample per benchmark gives no spread, and on a shared machine one sample can be off by 2x: do not quote these ratios (COUNT=3 or more)" >&2; fi
@@ -83,8 +89,10 @@ bench:
 	: > $(BENCHRAW)
 	for i in $$(seq $(COUNT)); do \
 		echo "== round $$i of $(COUNT)"; \
-		./benchmarks.test -test.run '^$$' -test.bench '$(BENCH)' -test.skip '^Benchmark(Memory|Redis)$$' \
+		./benchmarks.test -test.run '^$$' -test.bench '$(BENCH)' -test.skip '^Benchmark(Memory|Redis|Contended)$$' \
 			-test.benchtime $(BENCHTIME) | tee -a $(BENCHRAW); \
+		if [ -n '$(CONTENDED)' ]; then ./benchmarks.test -test.run '^$$' -test.bench '$(CONTENDED)' \
+			-test.cpu $(CPUS) -test.benchtime $(BENCHTIME) | tee -a $(BENCHRAW); fi; \
 	done
 	if [ -n '$(MEMBENCH)' ]; then ./benchmarks.test -test.run '^$$' -test.bench '$(MEMBENCH)' \
 		-test.benchtime 1x -test.count $(MEMCOUNT) | tee -a $(BENCHRAW); fi
