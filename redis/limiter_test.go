@@ -212,25 +212,6 @@ func TestTTL(t *testing.T) {
 // builder builds a limiter on Redis.
 type builder func(c Client, opts ...Option) (ratelimit.Limiter, error)
 
-type hammerAlgo struct {
-	name  string
-	exact bool // exactly the limit is allowed (else at most)
-	build builder
-}
-
-// hammerAlgorithms builds each algorithm with a limit of 25 per key and a
-// period so long that nothing refills during the test; the window
-// algorithms' test files add theirs.
-var hammerAlgorithms = []hammerAlgo{
-	{"TokenBucket", true, func(c Client, opts ...Option) (ratelimit.Limiter, error) {
-		return NewTokenBucket(c, ratelimit.PerHour(1), 25, opts...)
-	}},
-	// A leaky bucket lets an event through only when its queue is empty.
-	{"LeakyBucket", false, func(c Client, opts ...Option) (ratelimit.Limiter, error) {
-		return NewLeakyBucket(c, ratelimit.PerHour(1), 25, opts...)
-	}},
-}
-
 // TestTwoInstancesNeverExceedTheLimit runs two limiters on two clients,
 // as two service replicas, hammering the same keys from several
 // goroutines each: in total, never more than the limit per key is allowed
@@ -238,12 +219,12 @@ var hammerAlgorithms = []hammerAlgo{
 func TestTwoInstancesNeverExceedTheLimit(t *testing.T) {
 	addr := redisAddr(t)
 	const limit, keys, workers, calls = 25, 3, 4, 50
-	for _, a := range hammerAlgorithms {
+	for _, a := range testAlgorithms {
 		prefix := testPrefix(t) + a.name + ":"
 		var lims [2]ratelimit.Limiter
 		for i := range lims {
 			var err error
-			lims[i], err = a.build(newClient(t, addr, true), WithPrefix(prefix), WithTimeout(5*time.Second),
+			lims[i], err = a.builder(a.hammer)(newClient(t, addr, true), WithPrefix(prefix), WithTimeout(5*time.Second),
 				WithFailurePolicy(FailClosed), WithOnError(func(key string, err error) { t.Errorf("%q: %v", key, err) }))
 			if err != nil {
 				t.Fatal(err)
@@ -272,7 +253,7 @@ func TestTwoInstancesNeverExceedTheLimit(t *testing.T) {
 		wg.Wait()
 		for k := range allowed {
 			got := allowed[k].Load()
-			if got > limit || (a.exact && got != limit) || got == 0 {
+			if got > limit || (a.hammerExact && got != limit) || got == 0 {
 				t.Errorf("%s, key k%d: %d events allowed in total, limit %d", a.name, k, got, limit)
 			}
 		}
@@ -293,22 +274,28 @@ func TestNoScriptReloads(t *testing.T) {
 	}
 }
 
-// TestErrorReplyAppliesPolicy: a key holding another type makes the script
-// fail; the policy answers, the hook hears of it, nothing panics.
+// TestErrorReplyAppliesPolicy: a Redis that refuses writes (out of memory
+// under noeviction) makes the call fail; the policy answers, the hook
+// hears of it, nothing panics.
 func TestErrorReplyAppliesPolicy(t *testing.T) {
-	c := newClient(t, redisAddr(t), true)
-	prefix := testPrefix(t)
+	srv := ownServer(t)
+	c := newClient(t, srv.addr, true)
 	var hooked []error
-	tb, err := NewTokenBucket(c, ratelimit.PerHour(1), 2, WithPrefix(prefix), WithFailurePolicy(FailClosed),
+	tb, err := NewTokenBucket(c, ratelimit.PerHour(1), 2, WithPrefix(testPrefix(t)), WithFailurePolicy(FailClosed),
 		WithOnError(func(key string, err error) { hooked = append(hooked, err) }))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.LPush(bg, redisKey(prefix, "k", ":tb"), "x")
+	if err := c.ConfigSet(bg, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ConfigSet(bg, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
 	if tb.Allow("k") {
 		t.Error("FailClosed allowed on an error reply")
 	}
-	if len(hooked) != 1 || !errors.Is(hooked[0], ErrUnavailable) || !strings.Contains(hooked[0].Error(), "WRONGTYPE") {
+	if len(hooked) != 1 || !errors.Is(hooked[0], ErrUnavailable) || !strings.Contains(hooked[0].Error(), "OOM") {
 		t.Errorf("hook got %v", hooked)
 	}
 }
@@ -346,6 +333,11 @@ type countingClient struct {
 func (c *countingClient) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *goredis.Cmd {
 	c.calls.Add(1)
 	return c.Client.EvalSha(ctx, sha, keys, args...)
+}
+
+func (c *countingClient) FCall(ctx context.Context, fn string, keys []string, args ...any) *goredis.Cmd {
+	c.calls.Add(1)
+	return c.Client.FCall(ctx, fn, keys, args...)
 }
 
 func (c *countingClient) Eval(ctx context.Context, src string, keys []string, args ...any) *goredis.Cmd {
