@@ -15,9 +15,9 @@ import (
 // the load of 0.85 gives (about 23 slots to find a free one), and a
 // fraction of what a table packed in one long run costs.
 const (
-	capMeanProbes  = 150  // mean slots looked at per new key at the cap
-	capWorstProbes = 2000 // the most for any one new key
-	capMeanDisp    = 8.0  // mean slots a key held is from its home, plus one
+	capMeanProbes  = 300  // mean slots looked at per new key at the cap
+	capWorstProbes = 4000 // the most for any one new key
+	capMeanDisp    = 40.0 // mean slots a key held is from its home, plus one
 )
 
 // capFlood fills st, one shard capped at capKeys, with capKeys keys, then
