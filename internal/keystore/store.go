@@ -56,9 +56,13 @@ type shard[S any] struct {
 	// queue is where callers on a key held by others wait their turn
 	// (rule 11): its holder alone waits on a slot, the rest park here.
 	queue sync.Mutex
-	// wake has room for one token, sent by whoever lets go of a slot
-	// whose header has waitBit set, received by the queue's holder.
-	wake chan struct{}
+	// park is a binary semaphore, on which the queue's holder waits for
+	// a token given by whoever lets go of a slot whose header has waitBit
+	// set: it is locked but while a token waits, and token is set from
+	// when a token is given until the holder takes it. (A sync.Mutex may
+	// be unlocked by a goroutine other than its locker.)
+	park  sync.Mutex
+	token atomic.Bool
 
 	used   int    // bytes of the current arena in use
 	dead   int    // bytes of keys that are no longer held
@@ -161,7 +165,7 @@ func New[S any](cfg Config, init func(s *S, now int64), atRest func(s *S, now in
 	shards := make([]shard[S], nshards)
 	for i := range shards {
 		shards[i].scram = rand.Uint64()
-		shards[i].wake = make(chan struct{}, 1)
+		shards[i].park.Lock() // no token yet
 	}
 	return &Store[S]{
 		seed:        maphash.MakeSeed(),
@@ -279,9 +283,9 @@ func (st *Store[S]) takeQueued(sh *shard[S], key string, tag uint64, now int64, 
 
 // await parks until slot sl of table t, seen locked with header w, may
 // have been let go. It sets the slot's wait bit, so that whoever lets go
-// of it sends a token on sh.wake, and returns at once if the header
+// of it gives a token (wakeQueue), and returns at once if the header
 // changed meanwhile or t's slots are no longer the shard's (a rebuild
-// sends no token for a slot set after it published the new table). A
+// gives no token for a bit set after it published the new table). A
 // token may be stale, left by a wait bit whose waiter had already gone:
 // the caller looks again either way. Requires sh.queue held.
 func (sh *shard[S]) await(t *table[S], sl *slot[S], w uint64) {
@@ -291,7 +295,8 @@ func (sh *shard[S]) await(t *table[S], sl *slot[S], w uint64) {
 	if cur := sh.tab.Load(); cur == nil || &cur.slots[0] != &t.slots[0] {
 		return
 	}
-	<-sh.wake
+	sh.park.Lock()
+	sh.token.Store(false)
 }
 
 // probe looks key up in the shard's current table, without the mutex, and
@@ -468,11 +473,12 @@ func (sl *slot[S]) unlock(sh *shard[S], rel uint64) {
 }
 
 // wakeQueue gives the shard's queue holder a token, unless one is waiting
-// already.
+// already: a second token adds nothing, since the holder looks again
+// after taking the first one, when it sees what the second would have
+// told it.
 func (sh *shard[S]) wakeQueue() {
-	select {
-	case sh.wake <- struct{}{}:
-	default:
+	if sh.token.CompareAndSwap(false, true) {
+		sh.park.Unlock()
 	}
 }
 
