@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/field"
 )
 
 // Denial describes a request the middleware refused.
@@ -335,7 +336,7 @@ func Middleware(lim ratelimit.Limiter, opts ...LimitOption) func(http.Handler) h
 		panic("httplimit: Middleware with a nil limiter")
 	}
 	c := newLimitConfig(opts)
-	m := &limitMiddleware{cfg: c, lim: lim, item: sfString(c.name), names: []string{c.name}, window: c.window}
+	m := &limitMiddleware{cfg: c, lim: lim, item: field.String(c.name), names: []string{c.name}, window: c.window}
 	if w, ok := lim.(interface{ Window() time.Duration }); ok && m.window == 0 {
 		m.window = w.Window()
 	}
@@ -364,7 +365,7 @@ func (m *limitMiddleware) policyFor(limit int) string {
 	if p := m.policy.Load(); p != nil && p.limit == limit {
 		return p.value
 	}
-	p := &cachedPolicy{limit: limit, value: policyItem(m.item, limit, m.window)}
+	p := &cachedPolicy{limit: limit, value: field.PolicyItem(m.item, limit, m.window)}
 	m.policy.Store(p)
 	return p.value
 }
@@ -516,13 +517,13 @@ type classView struct {
 func newClassView(set *ratelimit.RuleSet) *classView {
 	cv := &classView{set: set}
 	for i, r := range set.Rules() {
-		item := sfString(r.Name)
+		item := field.String(r.Name)
 		cv.names = append(cv.names, r.Name)
 		cv.items = append(cv.items, item)
 		if i > 0 {
 			cv.policy += ", "
 		}
-		cv.policy += policyItem(item, r.Burst, r.Window())
+		cv.policy += field.PolicyItem(item, r.Burst, r.Window())
 		cv.needUser = cv.needUser || r.Scope == ratelimit.PerUser
 		cv.needIP = cv.needIP || r.Scope == ratelimit.PerIP
 	}
@@ -678,4 +679,4 @@ func defaultError(logf func(string)) ErrorFunc {
 }
 
 // formatSeconds formats whole seconds for Retry-After.
-func formatSeconds(d time.Duration) string { return strconv.FormatInt(ceilSeconds(d), 10) }
+func formatSeconds(d time.Duration) string { return strconv.FormatInt(field.CeilSeconds(d), 10) }
