@@ -441,3 +441,27 @@ func Console(path string, line int) (string, int, error) {
 	}
 	return "", 0, fmt.Errorf("%s: no console block after line %d", path, line)
 }
+
+// ModuleBlocks returns the Go blocks of the repository's README.md and
+// docs/*.md, read from root, that name module (<!-- go: module NAME -->)
+// and are not skipped: the blocks a nested module's own test compiles,
+// since they need imports the core module does not have.
+func ModuleBlocks(root, module string) ([]Block, error) {
+	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		return nil, err
+	}
+	var mine []Block
+	for _, f := range append([]string{filepath.Join(root, "README.md")}, files...) {
+		blocks, err := Extract(f)
+		if err != nil {
+			return nil, err
+		}
+		for _, b := range blocks {
+			if b.Module == module && b.Skip == "" {
+				mine = append(mine, b)
+			}
+		}
+	}
+	return mine, nil
+}
