@@ -99,6 +99,9 @@ func windowStart(t, w int64) int64 {
 // Allow reports whether one event for key may happen now, and records it
 // if so. It does not allocate for a key already in the store.
 func (fw *FixedWindow) Allow(key string) bool {
+	if fw.obs != nil {
+		return fw.allowObserved(key)
+	}
 	now := fw.nc.now()
 	a := fw.alg
 	ent, rel := fw.st.acquire(key, now)

@@ -45,6 +45,7 @@ type keyed[S any, A algo[S]] struct {
 	nc    nanoClock
 	st    *store[S]
 	limit int
+	obs   *observed // nil unless WithObserver: the hot path's one check
 }
 
 func newKeyed[S any, A algo[S]](alg A, limit int, opts []Option) (keyed[S, A], error) {
@@ -52,7 +53,7 @@ func newKeyed[S any, A algo[S]](alg A, limit int, opts []Option) (keyed[S, A], e
 	if err != nil {
 		return keyed[S, A]{}, err
 	}
-	k := keyed[S, A]{alg: alg, nc: newNanoClock(cfg.clock), limit: limit}
+	k := keyed[S, A]{alg: alg, nc: newNanoClock(cfg.clock), limit: limit, obs: newObserved(&cfg)}
 	k.st = newStore(cfg, alg.init, alg.atRest)
 	if cfg.sweepInterval > 0 {
 		k.st.startSweeper(cfg.sweepInterval, &k.nc)
@@ -69,24 +70,60 @@ func (k *keyed[S, A]) AllowN(ctx context.Context, key string, n int) (Decision, 
 		return Decision{}, err
 	}
 	d, _, _ := k.book(key, n, k.nc.now(), 0)
+	if k.obs != nil && n > 0 {
+		k.obs.report(key, n, d, 0)
+	}
 	return d, nil
+}
+
+// allowObserved is Allow when an observer is set: the full decision, so
+// that the event can say what remains and when to retry.
+func (k *keyed[S, A]) allowObserved(key string) bool {
+	d, _, _ := k.book(key, 1, k.nc.now(), 0)
+	k.obs.report(key, 1, d, 0)
+	return d.Allowed
 }
 
 // Reserve books n events for key at the earliest time they conform. See
 // Limiter. The in-memory limiters fail only on invalid n.
 func (k *keyed[S, A]) Reserve(ctx context.Context, key string, n int) (*Reservation, error) {
-	return reserve(k, &k.nc, key, n, k.limit, noMaxWait)
+	r, err := reserve(k, &k.nc, key, n, k.limit, noMaxWait)
+	if k.obs != nil && err == nil && n > 0 {
+		d := r.decision
+		d.Allowed = r.ok
+		k.obs.report(key, n, d, d.RetryAfter)
+	}
+	return r, err
 }
 
 // Wait is shorthand for WaitN(ctx, key, 1).
 func (k *keyed[S, A]) Wait(ctx context.Context, key string) error {
-	return waitN(ctx, k, &k.nc, key, 1, k.limit)
+	return k.WaitN(ctx, key, 1)
 }
 
 // WaitN blocks until n events for key may happen and records them. See
 // Limiter for what it leaves behind when it fails.
 func (k *keyed[S, A]) WaitN(ctx context.Context, key string, n int) error {
-	return waitN(ctx, k, &k.nc, key, n, k.limit)
+	if k.obs == nil {
+		return waitN(ctx, k, &k.nc, key, n, k.limit)
+	}
+	start := k.nc.now()
+	err := waitN(ctx, k, &k.nc, key, n, k.limit)
+	if n > 0 && !errorsIsInvalid(err) {
+		var d Decision
+		d.Allowed = err == nil
+		if le, ok := err.(*LimitError); ok {
+			d.RetryAfter = le.RetryAfter
+		}
+		k.obs.report(key, n, d, durationNs(k.nc.now()-start))
+	}
+	return err
+}
+
+// errorsIsInvalid reports whether err is a refusal of the arguments, not a
+// decision.
+func errorsIsInvalid(err error) bool {
+	return err == ErrNegativeN || err == ErrExceedsLimit
 }
 
 // Stats describes the keyed store.

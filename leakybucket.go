@@ -117,6 +117,9 @@ func NewLeakyBucket(rate Rate, capacity int, opts ...Option) (*LeakyBucket, erro
 // empty), and books its slot if so. It does not allocate for a key already
 // in the store.
 func (lb *LeakyBucket) Allow(key string) bool {
+	if lb.obs != nil {
+		return lb.allowObserved(key)
+	}
 	now := lb.nc.now()
 	ent, rel := lb.st.acquire(key, now)
 	s := &ent.s

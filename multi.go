@@ -279,7 +279,11 @@ type inMemory interface {
 	multiCheck(key string, n int) (d Decision, now int64)
 	// multiBookAt is multiBook at now, an instant multiCheck read.
 	multiBookAt(key string, n int, now int64) (d Decision, b booked, ok bool)
+	// observer is the limiter's observer, nil if it has none.
+	observer() *observed
 }
+
+func (k *keyed[S, A]) observer() *observed { return k.obs }
 
 func (k *keyed[S, A]) multiClock() Clock { return k.nc.clock }
 
@@ -430,7 +434,22 @@ func allowAll(ctx context.Context, n int, pairs []Pair, ds []Decision, bk []book
 	if !allowed {
 		giveBack(n, pairs, ds, bk)
 	}
+	if n > 0 {
+		reportPairs(n, pairs, ds, bk)
+	}
 	return combine(ds), nil
+}
+
+// reportPairs hands each in-memory pair's own decision to that limiter's
+// observer, if it has one.
+func reportPairs(n int, pairs []Pair, ds []Decision, bk []booking) {
+	for i := range pairs {
+		if m := bk[i].mem; m != nil {
+			if o := m.observer(); o != nil {
+				o.report(pairs[i].Key, n, ds[i], 0)
+			}
+		}
+	}
 }
 
 // giveBack rolls back every in-memory booking and reads those pairs again,

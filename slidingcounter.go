@@ -92,6 +92,9 @@ func NewSlidingWindowCounter(rate Rate, opts ...Option) (*SlidingWindowCounter, 
 // Allow reports whether one event for key may happen now, and records it
 // if so. It does not allocate for a key already in the store.
 func (sc *SlidingWindowCounter) Allow(key string) bool {
+	if sc.obs != nil {
+		return sc.allowObserved(key)
+	}
 	now := sc.nc.now()
 	a := sc.alg
 	ent, rel := sc.st.acquire(key, now)

@@ -79,6 +79,9 @@ func NewSlidingLog(rate Rate, opts ...Option) (*SlidingLog, error) {
 // Allow reports whether one event for key may happen now, and records it
 // if so. It does not allocate for a key already in the store.
 func (sl *SlidingLog) Allow(key string) bool {
+	if sl.obs != nil {
+		return sl.allowObserved(key)
+	}
 	now := sl.nc.now()
 	a := sl.alg
 	ent, rel := sl.st.acquire(key, now)

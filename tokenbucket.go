@@ -92,6 +92,9 @@ func newTBAlgo(rate Rate, capacity int) (*tbAlgo, error) {
 // Allow reports whether one event for key may happen now, and records it
 // if so. It does not allocate for a key already in the store.
 func (tb *TokenBucket) Allow(key string) bool {
+	if tb.obs != nil {
+		return tb.allowObserved(key)
+	}
 	now := tb.nc.now()
 	a := tb.alg
 	ent, rel := tb.st.acquire(key, now)
