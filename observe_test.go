@@ -493,3 +493,95 @@ func TestRulesShadowKeyword(t *testing.T) {
 		t.Errorf("global rule events %v", global)
 	}
 }
+
+// BenchmarkAllowObserved is Allow with the ready Counter set, next to the
+// same limiter without an observer, on one key and on 10,000 keys.
+func BenchmarkAllowObserved(b *testing.B) {
+	for _, alg := range allowAlgorithms[:5] {
+		for _, keys := range []int{1, 10_000} {
+			for _, obs := range []string{"none", "counter"} {
+				lim, err := alg.allow()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if obs == "counter" {
+					var c Counter
+					lim = observedCopy(b, alg.name, &c)
+				}
+				ks := benchKeys()[:keys]
+				for _, k := range ks {
+					lim.Allow(k)
+				}
+				b.Run(alg.name+"/keys="+itoa(keys)+"/observer="+obs, func(b *testing.B) {
+					b.ReportAllocs()
+					i := 0
+					for b.Loop() {
+						lim.Allow(ks[i])
+						if i++; i == len(ks) {
+							i = 0
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// observedCopy builds the allowAlgorithms limiter of name with observer o.
+func observedCopy(b *testing.B, name string, o Observer) interface{ Allow(string) bool } {
+	opts := []Option{WithObserver(o), WithName(name)}
+	var l interface{ Allow(string) bool }
+	var err error
+	switch name {
+	case "TokenBucket":
+		l, err = NewTokenBucket(PerSecond(1e9), 1e9, opts...)
+	case "LeakyBucket":
+		l, err = NewLeakyBucket(Every(time.Nanosecond), 1, opts...)
+	case "FixedWindow":
+		l, err = NewFixedWindow(PerSecond(1e9), opts...)
+	case "SlidingLog":
+		l, err = NewSlidingLog(Per(8, 250*time.Nanosecond), opts...)
+	case "SlidingWindowCounter":
+		l, err = NewSlidingWindowCounter(PerSecond(1e9), opts...)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	return l
+}
+
+// A bulkhead reports each TryAcquire and Acquire: taken or refused, the
+// permits then free, and how long Acquire waited on the bulkhead's clock.
+func TestBulkheadObserver(t *testing.T) {
+	clk := NewManualClock(obsT0)
+	log := &eventLog{}
+	b, err := NewBulkhead(1, WithBulkheadObserver(log), WithBulkheadName("db"), WithBulkheadClock(clk), WithMaxWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.TryAcquire() || b.TryAcquire() {
+		t.Fatal("want one permit")
+	}
+	ev := log.take()
+	if len(ev) != 2 || !ev[0].Allowed || ev[0].Remaining != 0 || ev[1].Allowed || ev[0].Limiter != "db" {
+		t.Fatalf("events %+v", ev)
+	}
+	done := make(chan error, 1)
+	go func() { done <- b.Acquire(context.Background()) }()
+	for clk.Timers() == 0 {
+		time.Sleep(time.Millisecond) // waits for the waiter to park, not for time to pass
+	}
+	clk.Advance(time.Second) // the maximum wait passes
+	if err := <-done; !errors.Is(err, ErrBulkheadFull) {
+		t.Fatalf("Acquire: %v", err)
+	}
+	if ev := log.take(); len(ev) != 1 || ev[0].Allowed || ev[0].Waited != time.Second {
+		t.Fatalf("a timed-out Acquire reported %+v", ev)
+	}
+	kb, _ := NewKeyedBulkhead(1, WithBulkheadObserver(log))
+	kb.TryAcquire("a")
+	kb.TryAcquire("a")
+	if ev := log.take(); len(ev) != 2 || !ev[0].Allowed || ev[1].Allowed || ev[1].Key != "a" {
+		t.Fatalf("keyed bulkhead events %+v", ev)
+	}
+}
