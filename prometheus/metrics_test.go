@@ -172,3 +172,13 @@ func TestMetricsRules(t *testing.T) {
 		`ratelimit_decisions_total{limiter="posts-hourly",outcome="would_deny"} 1`,
 	)
 }
+
+// Observe allocates nothing for a name already seen.
+func TestObserveDoesNotAllocate(t *testing.T) {
+	m := rlprom.New()
+	e := ratelimit.Event{Limiter: "api", Key: "k", Waited: time.Millisecond}
+	m.Observe(e)
+	if a := testing.AllocsPerRun(100, func() { m.Observe(e) }); a != 0 {
+		t.Errorf("Observe allocates %v times", a)
+	}
+}
