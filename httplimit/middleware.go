@@ -195,6 +195,10 @@ func WithRetryAfter(d time.Duration) Option { return func(c *config) { c.busyFor
 // several limits use RulesMiddleware, or a ratelimit.Multi as lim (its
 // headers describe the strictest part under one policy name).
 //
+// A ratelimit.Shadow as lim tries a limit out: every request goes on, and
+// no rate-limit header is written (the shadow's decisions go to its
+// observer).
+//
 // On the allowed path it allocates nothing but the headers it writes (two
 // allocations) and what lim and the key function do (ByIP: nothing for
 // IPv4). It panics if lim is nil.
@@ -204,6 +208,7 @@ func Middleware(lim ratelimit.Limiter, opts ...Option) func(http.Handler) http.H
 	}
 	c := newConfig(opts)
 	m := &limitMiddleware{cfg: c, lim: lim, item: sfString(c.name), names: []string{c.name}, window: c.window}
+	_, m.shadow = lim.(*ratelimit.Shadow)
 	if w, ok := lim.(interface{ Window() time.Duration }); ok && m.window == 0 {
 		m.window = w.Window()
 	}
@@ -219,6 +224,7 @@ type limitMiddleware struct {
 	names  []string
 	window time.Duration // RateLimit-Policy's w; <= 0: none
 	policy atomic.Pointer[cachedPolicy]
+	shadow bool // lim is a ratelimit.Shadow: it never denies, and gets no headers
 }
 
 // cachedPolicy is the RateLimit-Policy value for the last Limit seen: a
@@ -254,6 +260,10 @@ func (m *limitMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 			return
 		}
 		c.onError(w, r, err)
+		return
+	}
+	if m.shadow {
+		next.ServeHTTP(w, r)
 		return
 	}
 	v := view{item: m.item, d: d, retry: d.RetryAfter, denied: !d.Allowed}
@@ -384,22 +394,29 @@ type rulesMiddleware struct {
 type classView struct {
 	names            []string
 	items            []string // names as sf-strings
-	policy           string   // RateLimit-Policy value
+	policy           string   // RateLimit-Policy value, shadow rules left out
+	shadow           []bool   // shadow[i]: rule i is a shadow rule
+	shadows          int      // how many are
 	needUser, needIP bool
 }
 
 func newClassView(rules []ratelimit.Rule) *classView {
 	cv := &classView{}
-	for i, r := range rules {
+	for _, r := range rules {
 		item := sfString(r.Name)
 		cv.names = append(cv.names, r.Name)
 		cv.items = append(cv.items, item)
-		if i > 0 {
+		cv.shadow = append(cv.shadow, r.Shadow)
+		cv.needUser = cv.needUser || r.Scope == ratelimit.PerUser
+		cv.needIP = cv.needIP || r.Scope == ratelimit.PerIP
+		if r.Shadow {
+			cv.shadows++
+			continue
+		}
+		if cv.policy != "" {
 			cv.policy += ", "
 		}
 		cv.policy += policyItem(item, r.Burst, r.Window())
-		cv.needUser = cv.needUser || r.Scope == ratelimit.PerUser
-		cv.needIP = cv.needIP || r.Scope == ratelimit.PerIP
 	}
 	return cv
 }
@@ -455,7 +472,11 @@ func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 		c.onError(w, r, err)
 		return
 	}
-	i := ratelimit.Strictest(ds)
+	if cv.shadows == len(ds) { // only shadow rules: nothing to tell the client
+		next.ServeHTTP(w, r)
+		return
+	}
+	i := strictestEnforced(ds, cv.shadow)
 	v := view{policy: cv.policy, item: cv.items[i], d: ds[i], retry: d.RetryAfter, denied: !d.Allowed}
 	write(w.Header(), c.headers, &v)
 	if !d.Allowed {
@@ -469,6 +490,25 @@ func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 		return
 	}
 	next.ServeHTTP(w, r)
+}
+
+// strictestEnforced is ratelimit.Strictest over the decisions of the rules
+// that are not shadow rules; at least one is not.
+func strictestEnforced(ds []ratelimit.Decision, shadow []bool) int {
+	best := -1
+	for i := range ds {
+		if shadow[i] {
+			continue
+		}
+		if best < 0 {
+			best = i
+			continue
+		}
+		if pair := [2]ratelimit.Decision{ds[best], ds[i]}; ratelimit.Strictest(pair[:]) == 1 {
+			best = i
+		}
+	}
+	return best
 }
 
 // match returns the rule pattern that matches r, or "" for none: first on
