@@ -15,7 +15,7 @@
 //
 //	ratelimit_decisions_total{limiter, outcome}   counter; outcome is
 //	                                               allowed, denied or would_deny
-//	ratelimit_fallback_decisions_total{limiter}   counter
+//	ratelimit_fallback_decisions_total{limiter}   counter, once there is one
 //	ratelimit_wait_seconds{limiter}               histogram of waits that waited
 //	ratelimit_keys{limiter}                       gauge, from Stats
 //	ratelimit_key_inserts_total{limiter}          counter, from Stats
@@ -24,7 +24,7 @@
 //	ratelimit_bulkhead_waiting{bulkhead}          gauge
 //	ratelimit_bulkhead_limit{bulkhead}            gauge
 //	ratelimit_bulkhead_rejected_total{bulkhead}   counter
-//	ratelimit_redis_errors_total{limiter}         counter
+//	ratelimit_redis_errors_total{limiter}         counter, per OnRedisError name
 //
 // No label ever carries a key: the label values are the names given to
 // limiters, rules and bulkheads, and Metrics holds at most a fixed number
@@ -56,7 +56,7 @@ type Metrics struct {
 
 	wait *prom.HistogramVec
 
-	mu        sync.Mutex // guards stats and bulkheads
+	mu        sync.Mutex // guards stats, bulkheads and series.redis
 	stats     []watchedStats
 	bulkheads []watchedBulkhead
 
@@ -69,8 +69,13 @@ type series struct {
 	name                             string
 	allowed, denied, wouldDeny, fall atomic.Uint64
 	redisErrors                      atomic.Uint64
-	wait                             prom.Observer
+	redis                            bool // OnRedisError was called for it
+	wait                             atomic.Pointer[waitSeries]
 }
+
+// waitSeries is a name's wait histogram, made at its first wait so that
+// names that never wait have no series.
+type waitSeries struct{ prom.Observer }
 
 type watchedStats struct {
 	name string
@@ -150,7 +155,7 @@ func (m *Metrics) get(name string) *series {
 			return v.(*series)
 		}
 	}
-	s := &series{name: name, wait: m.wait.WithLabelValues(name)}
+	s := &series{name: name}
 	v, loaded := m.series.LoadOrStore(name, s)
 	if loaded && name != OtherName {
 		m.names.Add(-1) // another goroutine made it first
@@ -173,7 +178,12 @@ func (m *Metrics) Observe(e ratelimit.Event) {
 		s.fall.Add(1)
 	}
 	if e.Waited > 0 {
-		s.wait.Observe(e.Waited.Seconds())
+		w := s.wait.Load()
+		if w == nil {
+			s.wait.CompareAndSwap(nil, &waitSeries{m.wait.WithLabelValues(s.name)})
+			w = s.wait.Load()
+		}
+		w.Observe(e.Waited.Seconds())
 	}
 }
 
@@ -213,7 +223,10 @@ func (m *Metrics) WatchBulkhead(name string, b Concurrency) error {
 // option: it counts each failed call under name, as an error and as a
 // decision the failure policy answered. It never looks at the key.
 func (m *Metrics) OnRedisError(name string) func(key string, err error) {
+	m.mu.Lock()
 	s := m.get(name)
+	s.redis = true
+	m.mu.Unlock()
 	return func(string, error) {
 		s.redisErrors.Add(1)
 		s.fall.Add(1)
@@ -238,9 +251,8 @@ func (m *Metrics) Collect(ch chan<- prom.Metric) {
 		ch <- prom.MustNewConstMetric(d, prom.GaugeValue, float64(v), labels...)
 	}
 	m.mu.Lock()
-	stats := append([]watchedStats(nil), m.stats...)
-	bulkheads := append([]watchedBulkhead(nil), m.bulkheads...)
-	m.mu.Unlock()
+	defer m.mu.Unlock() // for the watched lists and series.redis
+	stats, bulkheads := m.stats, m.bulkheads
 	isBulkhead := make(map[string]bool, len(bulkheads))
 	for _, b := range bulkheads {
 		isBulkhead[b.name] = true
@@ -253,8 +265,12 @@ func (m *Metrics) Collect(ch chan<- prom.Metric) {
 		counter(m.decisions, s.allowed.Load(), s.name, "allowed")
 		counter(m.decisions, s.denied.Load(), s.name, "denied")
 		counter(m.decisions, s.wouldDeny.Load(), s.name, "would_deny")
-		counter(m.fallbacks, s.fall.Load(), s.name)
-		counter(m.redisErrors, s.redisErrors.Load(), s.name)
+		if f := s.fall.Load(); f > 0 || s.redis {
+			counter(m.fallbacks, f, s.name)
+		}
+		if s.redis {
+			counter(m.redisErrors, s.redisErrors.Load(), s.name)
+		}
 		return true
 	})
 	m.wait.Collect(ch)
