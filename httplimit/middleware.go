@@ -395,8 +395,7 @@ type classView struct {
 	names            []string
 	items            []string // names as sf-strings
 	policy           string   // RateLimit-Policy value, shadow rules left out
-	shadow           []bool   // shadow[i]: rule i is a shadow rule
-	shadows          int      // how many are
+	shadows          int      // how many rules are shadow rules
 	needUser, needIP bool
 }
 
@@ -406,7 +405,6 @@ func newClassView(rules []ratelimit.Rule) *classView {
 		item := sfString(r.Name)
 		cv.names = append(cv.names, r.Name)
 		cv.items = append(cv.items, item)
-		cv.shadow = append(cv.shadow, r.Shadow)
 		cv.needUser = cv.needUser || r.Scope == ratelimit.PerUser
 		cv.needIP = cv.needIP || r.Scope == ratelimit.PerIP
 		if r.Shadow {
@@ -476,7 +474,7 @@ func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 		next.ServeHTTP(w, r)
 		return
 	}
-	i := strictestEnforced(ds, cv.shadow)
+	i := ratelimit.Strictest(ds) // never a shadow rule's: its Decision bounds nothing
 	v := view{policy: cv.policy, item: cv.items[i], d: ds[i], retry: d.RetryAfter, denied: !d.Allowed}
 	write(w.Header(), c.headers, &v)
 	if !d.Allowed {
@@ -490,25 +488,6 @@ func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 		return
 	}
 	next.ServeHTTP(w, r)
-}
-
-// strictestEnforced is ratelimit.Strictest over the decisions of the rules
-// that are not shadow rules; at least one is not.
-func strictestEnforced(ds []ratelimit.Decision, shadow []bool) int {
-	best := -1
-	for i := range ds {
-		if shadow[i] {
-			continue
-		}
-		if best < 0 {
-			best = i
-			continue
-		}
-		if pair := [2]ratelimit.Decision{ds[best], ds[i]}; ratelimit.Strictest(pair[:]) == 1 {
-			best = i
-		}
-	}
-	return best
 }
 
 // match returns the rule pattern that matches r, or "" for none: first on

@@ -30,7 +30,7 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) (map[string]int64, map[str
 	key := func(name string, set attribute.Set) string {
 		k := name
 		for _, kv := range set.ToSlice() {
-			k += " " + string(kv.Key) + "=" + kv.Value.Emit()
+			k += " " + string(kv.Key) + "=" + kv.Value.String()
 		}
 		return k
 	}
