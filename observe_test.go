@@ -585,3 +585,38 @@ func TestBulkheadObserver(t *testing.T) {
 		t.Fatalf("keyed bulkhead events %+v", ev)
 	}
 }
+
+// FuzzTopKeys checks the Space-Saving bounds on any trace: each byte is a
+// denial of one of up to 256 keys, k comes from the input.
+func FuzzTopKeys(f *testing.F) {
+	f.Add(uint8(1), []byte("aaaaabbbc"))
+	f.Add(uint8(3), []byte("abcdefabcabaaaaaaaaaz"))
+	f.Add(uint8(8), []byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 0, 0, 1, 1})
+	f.Fuzz(func(t *testing.T, k uint8, trace []byte) {
+		top, err := NewTopKeys(int(k%16) + 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var exact [256]int64
+		for _, c := range trace {
+			exact[c]++
+			top.Observe(Event{Key: string(rune(c))})
+		}
+		n, kk := int64(len(trace)), int64(k%16)+1
+		listed := map[string]KeyCount{}
+		for _, kc := range top.Top() {
+			listed[kc.Key] = kc
+			e := exact[[]rune(kc.Key)[0]]
+			if e > kc.Count || e < kc.Count-kc.Error {
+				t.Fatalf("%q counted %d (error %d), true %d", kc.Key, kc.Count, kc.Error, e)
+			}
+		}
+		for c, e := range exact {
+			if e*kk > n {
+				if _, ok := listed[string(rune(c))]; !ok {
+					t.Fatalf("key %d denied %d of %d times (k = %d) is not listed", c, e, n, kk)
+				}
+			}
+		}
+	})
+}
