@@ -68,6 +68,10 @@ lint: vet
 ## BENCH narrows the run, the flood is left out unless MEMBENCH asks for it:
 ## make bench BENCH='OneKey/path=allow'                      (no flood)
 ## make bench BENCH=Keys MEMBENCH='^BenchmarkMemory$$'       (with it)
+## BenchmarkContended (one key and one bulkhead from every goroutine) runs
+## in each round after the rest, at -cpu CPUS (default 1,2,4,8; more goroutines than
+## cores shows what a spinning lock costs when its holder is descheduled);
+## BENCH=Contended runs it alone; CONTENDED= (empty) leaves it out.
 ## BenchmarkRedis is left to make bench-redis. RATIOSFLAGS=-targets adds
 ## the project's performance targets to the ratios, checked on the run.
 ## A CPU profile of one row: make bench-profile PROFILE='OneKey/path=allow/impl=ours-tokenbucket/run=serial'
@@ -76,6 +80,8 @@ BENCHTIME ?= 300ms
 BENCH ?= .
 MEMBENCH ?= $(if $(filter .,$(BENCH)),^BenchmarkMemory$$,)
 MEMCOUNT ?= 1
+CONTENDED ?= $(if $(filter .,$(BENCH)),^BenchmarkContended$$,$(if $(findstring Contended,$(BENCH)),$(BENCH),))
+CPUS ?= 1,2,4,8
 BENCHRAW ?= bench.txt
 RATIOSFLAGS ?=
 BENCHWARN = if [ '$(COUNT)' -lt 2 ]; then echo "warning: COUNT=$(COUNT): one sample per benchmark gives no spread, and on a shared machine one sample can be off by 2x: do not quote these ratios (COUNT=3 or more)" >&2; fi
@@ -87,8 +93,10 @@ bench:
 	: > $(BENCHRAW)
 	for i in $$(seq $(COUNT)); do \
 		echo "== round $$i of $(COUNT)"; \
-		./benchmarks.test -test.run '^$$' -test.bench '$(BENCH)' -test.skip '^Benchmark(Memory|Redis)$$' \
+		./benchmarks.test -test.run '^$$' -test.bench '$(BENCH)' -test.skip '^Benchmark(Memory|Redis|Contended)$$' \
 			-test.benchtime $(BENCHTIME) | tee -a $(BENCHRAW); \
+		if [ -n '$(CONTENDED)' ]; then ./benchmarks.test -test.run '^$$' -test.bench '$(CONTENDED)' \
+			-test.cpu $(CPUS) -test.benchtime $(BENCHTIME) | tee -a $(BENCHRAW); fi; \
 	done
 	if [ -n '$(MEMBENCH)' ]; then ./benchmarks.test -test.run '^$$' -test.bench '$(MEMBENCH)' \
 		-test.benchtime 1x -test.count $(MEMCOUNT) | tee -a $(BENCHRAW); fi
@@ -98,25 +106,21 @@ bench:
 	cd benchmarks && $(GO) run ./cmd/ratios $(RATIOSFLAGS) ../$(BENCHRAW)
 	@$(BENCHWARN)
 
-## bench-redis: our Redis token bucket next to go-redis/redis_rate and a
-## bare PING, against a redis-server that the benchmark starts on a free
-## loopback port (or RATELIMIT_REDIS_ADDR), serial and parallel; COUNT
-## interleaved rounds of BENCHTIME each, raw output in BENCHREDISRAW, then a
-## benchstat summary with redis_rate as the base column. Not part of
-## `make bench`. About half a minute on an idle 2-core machine.
-BENCHREDISRAW ?= bench-redis.txt
-bench-redis: SHELL := /bin/bash
-bench-redis: .SHELLFLAGS := -e -o pipefail -c
+## bench-redis: the redis backend's five limiters, a second independent
+## instance of its token bucket (the control row: the harness's noise) and
+## go-redis/redis_rate, on one redis-server that it starts on a free
+## loopback port (or RATELIMIT_REDIS_ADDR): serial calls alternated call by
+## call in a random order, alternating blocks at 8 and 64 goroutines, and
+## per script the server's time (INFO commandstats), the commands per
+## decision and the Go allocations. Ratios against redis_rate, round by
+## round, with their spread; then the targets, checked. Not part of
+## `make bench`. About a minute with the defaults: make bench-redis
+## REDISROUNDS=9 REDISCALLS=3000 for a longer run.
+REDISROUNDS ?= 7
+REDISCALLS ?= 2000
+REDISBLOCK ?= 250ms
 bench-redis:
-	cd benchmarks && $(GO) test -c -o ../benchmarks.test .
-	: > $(BENCHREDISRAW)
-	for i in $$(seq $(COUNT)); do \
-		echo "== round $$i of $(COUNT)"; \
-		./benchmarks.test -test.run '^$$' -test.bench '^BenchmarkRedis$$' \
-			-test.benchtime $(BENCHTIME) | tee -a $(BENCHREDISRAW); \
-	done
-	@echo; echo "== benchstat $(BENCHREDISRAW), base redis_rate"
-	cd benchmarks && $(GO) tool benchstat -col '/impl@(redis_rate ours-tokenbucket ping)' ../$(BENCHREDISRAW)
+	cd benchmarks && $(GO) run ./cmd/redisbench -rounds $(REDISROUNDS) -calls $(REDISCALLS) -block $(REDISBLOCK)
 
 PROFILE ?= OneKey/path=allow/impl=ours-tokenbucket/run=serial
 bench-profile:

@@ -387,24 +387,66 @@ func BenchmarkBulkhead(b *testing.B) {
 				}
 			})
 			b.Run("run=parallel", func(b *testing.B) {
-				bh := im.build(permits)
-				b.ReportAllocs()
-				var failed atomic.Int64
-				b.RunParallel(func(pb *testing.PB) {
-					f := 0
-					for pb.Next() {
-						if bh.tryAcquire() {
-							bh.release()
-						} else {
-							f++
-						}
-					}
-					failed.Add(int64(f))
-				})
-				if f := failed.Load(); f > 0 {
-					b.Fatalf("%d of %d acquires failed", f, b.N)
-				}
+				bulkheadParallel(b, im.build(permits))
 			})
 		})
 	}
+}
+
+// bulkheadParallel runs TryAcquire followed by Release on bh from
+// GOMAXPROCS goroutines and fails if any TryAcquire was refused: bh must
+// have a permit for each of them.
+func bulkheadParallel(b *testing.B, bh bulkhead) {
+	b.ReportAllocs()
+	var failed atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		f := 0
+		for pb.Next() {
+			if bh.tryAcquire() {
+				bh.release()
+			} else {
+				f++
+			}
+		}
+		failed.Add(int64(f))
+	})
+	if f := failed.Load(); f > 0 {
+		b.Fatalf("%d of %d acquires failed", f, b.N)
+	}
+}
+
+// contendedImpls are the rate limiters of the contended one-key rows:
+// ours, x/time/rate, a sync.Mutex-protected bucket and the fastest
+// single-limiter peers.
+var contendedImpls = []string{"ours-tokenbucket", "xrate", "mutex-tokenbucket", "failsafe", "juju"}
+
+// BenchmarkContended is one shared key (a global bucket) and one shared
+// bulkhead hit from GOMAXPROCS goroutines at once, on the allow path
+// (every call admitted). Run it at -cpu 1,2,4,8 (make bench does): with
+// more goroutines than cores, a lock whose holder is descheduled shows
+// what it costs its spinners. The GOMAXPROCS of a run is the -N suffix
+// of its name, as usual (none for 1); cmd/ratios keeps it apart.
+func BenchmarkContended(b *testing.B) {
+	keys := []string{"k:00000000"}
+	b.Run("op=tokenbucket", func(b *testing.B) {
+		for _, name := range contendedImpls {
+			i := slices.IndexFunc(impls, func(im impl) bool { return im.name == name })
+			if i < 0 {
+				b.Fatalf("no implementation %q", name)
+			}
+			b.Run("impl="+name, func(b *testing.B) {
+				lim := impls[i].build(allowSpec)
+				defer closeLimiter(lim)
+				lim.allow(keys[0])
+				runParallel(b, lim.allow, keys, true, false)
+			})
+		}
+	})
+	b.Run("op=bulkhead", func(b *testing.B) {
+		for _, im := range bulkheadImpls {
+			b.Run("impl="+im.name, func(b *testing.B) {
+				bulkheadParallel(b, im.build(1<<16))
+			})
+		}
+	})
 }

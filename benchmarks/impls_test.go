@@ -9,6 +9,7 @@ import (
 	failsafebulkhead "github.com/failsafe-go/failsafe-go/bulkhead"
 	failsafe "github.com/failsafe-go/failsafe-go/ratelimiter"
 	"github.com/go-chi/httprate"
+	juju "github.com/juju/ratelimit"
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/sethvargo/go-limiter/memorystore"
 	"github.com/throttled/throttled/v2"
@@ -97,6 +98,8 @@ var impls = []impl{
 	{name: "xrate-syncmap", keyed: true, build: buildXRateSyncMap},
 	{name: "uber", oneKey: true, build: buildUber},
 	{name: "failsafe", oneKey: true, build: buildFailsafe},
+	{name: "juju", oneKey: true, build: buildJuju},
+	{name: "mutex-tokenbucket", oneKey: true, build: buildMutexBucket},
 	{name: "sethvargo", oneKey: true, keyed: true, build: buildSethvargo},
 	{name: "throttled", oneKey: true, keyed: true, build: buildThrottled},
 	{name: "httprate", oneKey: true, keyed: true, build: buildHTTPRate},
@@ -270,6 +273,48 @@ func newUber(owesWait bool, clock uber.Clock) uber.Limiter {
 func buildFailsafe(s spec) limiter {
 	l := failsafe.NewBursty[any](uint(s.limit), s.period)
 	return limiter{allow: func(string) bool { return l.TryAcquirePermit() }}
+}
+
+// github.com/juju/ratelimit
+
+// buildJuju is juju/ratelimit's token bucket (one token every period/limit,
+// capacity limit); the key is ignored. It reads time.Now under its mutex.
+func buildJuju(s spec) limiter {
+	tb := juju.NewBucket(s.period/time.Duration(s.limit), int64(s.limit))
+	return limiter{allow: func(string) bool { return tb.TakeAvailable(1) == 1 }}
+}
+
+// A naive baseline
+
+// mutexBucket is the token bucket anyone would write first: a
+// theoretical arrival time in integer nanoseconds behind a sync.Mutex, the
+// monotonic clock read before the lock. It is the yardstick for a hot key
+// under contention: a limiter that spins must not do worse than this
+// mutex, which parks.
+type mutexBucket struct {
+	mu       sync.Mutex
+	tat      int64 // guarded by mu
+	start    time.Time
+	interval int64 // ns per event
+	burst    int64 // ns of credit: limit × interval
+}
+
+func buildMutexBucket(s spec) limiter {
+	interval := int64(s.period) / int64(s.limit)
+	b := &mutexBucket{start: time.Now(), interval: interval, burst: interval * int64(s.limit)}
+	return limiter{allow: func(string) bool { return b.allow() }}
+}
+
+func (b *mutexBucket) allow() bool {
+	now := int64(time.Since(b.start))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	next := max(b.tat, now) + b.interval
+	if next-now > b.burst {
+		return false
+	}
+	b.tat = next
+	return true
 }
 
 // github.com/sethvargo/go-limiter

@@ -156,7 +156,8 @@ func WithProblemJSON() Option { return func(c *config) { c.problem = true } }
 
 // WithErrorHandler replaces the response to a request the middleware could
 // not decide. The default answers 403 Forbidden to a request without a key
-// (ErrNoKey) and 503 Service Unavailable to a limiter error.
+// (ErrNoKey) and 503 Service Unavailable with Retry-After: 1 to a limiter
+// error.
 func WithErrorHandler(f ErrorFunc) Option { return func(c *config) { c.onError = f } }
 
 // WithFailOpen lets requests through, without rate-limit headers, when the
@@ -575,6 +576,10 @@ func defaultError(logf func(string)) ErrorFunc {
 			})
 			http.Error(w, "internal server error: the rate limit for this request is misconfigured", http.StatusInternalServerError)
 		default:
+			// A limiter that failed (a remote backend down) is an outage,
+			// not a denial: ask clients to come back in a second rather
+			// than at once.
+			w.Header().Set(hdrRetryAfter, "1")
 			http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
 		}
 	}

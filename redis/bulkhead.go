@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,7 +38,9 @@ var ErrLeaseLost = errors.New("ratelimit: bulkhead lease lost")
 // follow the failure policy: FailOpen grants a lease that holds nothing,
 // FailClosed refuses with an error matching ErrUnavailable, and FailLocal
 // (the default) takes a place in a ratelimit.KeyedBulkhead of the same
-// limit kept by this instance. A TryAcquire that times out after Redis
+// limit kept by this instance, counting the unexpired leases Redis granted
+// this instance: across a failure, one instance never holds more than
+// limit places (n instances may then hold up to n × limit). A TryAcquire that times out after Redis
 // granted the lease leaves that lease to expire on its own. Options about
 // decisions (WithDenyCache, WithLocalOptions) do not apply.
 //
@@ -48,6 +51,9 @@ type Bulkhead struct {
 	limit int
 	lease time.Duration
 	local *ratelimit.KeyedBulkhead // FailLocal only
+
+	mu     sync.Mutex
+	leases map[string]map[*Lease]int64 // FailLocal: granted by Redis, to their local expiry
 }
 
 // Lease is a place in a Bulkhead, held until Release or until it expires.
@@ -86,6 +92,7 @@ func NewBulkhead(client Client, limit int, lease time.Duration, opts ...Option) 
 		if b.local, err = ratelimit.NewKeyedBulkhead(limit); err != nil {
 			return nil, err
 		}
+		b.leases = map[string]map[*Lease]int64{}
 	}
 	return b, nil
 }
@@ -111,7 +118,9 @@ func (b *Bulkhead) TryAcquire(ctx context.Context, key string) (*Lease, error) {
 			if granted == 0 {
 				return nil, ratelimit.ErrBulkheadFull
 			}
-			return &Lease{b: b, key: key, id: id}, nil
+			l := &Lease{b: b, key: key, id: id}
+			b.granted(l, true)
+			return l, nil
 		}
 	}
 	if cerr := ctx.Err(); cerr != nil {
@@ -124,10 +133,55 @@ func (b *Bulkhead) TryAcquire(ctx context.Context, key string) (*Lease, error) {
 	case FailClosed:
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	if !b.local.TryAcquire(key) {
+	b.mu.Lock()
+	ok := b.liveLocked(key)+b.local.InFlight(key) < b.limit && b.local.TryAcquire(key)
+	b.mu.Unlock()
+	if !ok {
 		return nil, ratelimit.ErrBulkheadFull
 	}
 	return &Lease{b: b, key: key, local: true}, nil
+}
+
+// granted records (held) or forgets a lease Redis granted this instance,
+// under FailLocal: the local bulkhead counts them when Redis fails, so
+// that the instance never holds more than limit places across the failure.
+// A lease counts until its expiry on the local clock.
+func (b *Bulkhead) granted(l *Lease, held bool) {
+	if b.local == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m := b.leases[l.key]
+	if !held {
+		delete(m, l)
+		if len(m) == 0 {
+			delete(b.leases, l.key)
+		}
+		return
+	}
+	if m == nil {
+		m = map[*Lease]int64{}
+		b.leases[l.key] = m
+	}
+	m[l] = b.cfg.clock.Now().UnixNano() + int64(b.lease)
+}
+
+// liveLocked returns how many of the leases Redis granted this instance
+// for key have not expired on the local clock, forgetting those that
+// have. It requires b.mu held.
+func (b *Bulkhead) liveLocked(key string) int {
+	m := b.leases[key]
+	now := b.cfg.clock.Now().UnixNano()
+	for l, until := range m {
+		if until <= now {
+			delete(m, l)
+		}
+	}
+	if len(m) == 0 {
+		delete(b.leases, key)
+	}
+	return len(m)
 }
 
 // Acquire takes a place for key, asking again every poll interval while
@@ -184,6 +238,7 @@ func (l *Lease) Release() {
 	case l.local:
 		l.b.local.Release(l.key)
 	case l.id != "":
+		l.b.granted(l, false)
 		if _, err := l.b.eval(context.Background(), l.key, l.b.args("r", l.id, l.b.cfg.clock.Now())); err != nil {
 			l.b.fail(l.key, err)
 		}
@@ -211,8 +266,10 @@ func (l *Lease) Extend(ctx context.Context) error {
 	if ok, err := firstInt(v); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	} else if ok == 0 {
+		l.b.granted(l, false)
 		return ErrLeaseLost
 	}
+	l.b.granted(l, true)
 	return nil
 }
 
@@ -238,7 +295,7 @@ func firstInt(v any) (int64, error) {
 // bhScript keeps a key's leases in a sorted set scored by expiry, in
 // server milliseconds. It answers {granted or released or extended (1/0),
 // leases held}.
-const bhScript = `
+var bhScript = script{body: `
 local id, lease, limit = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
 -- A lease taken at now expires at ceil(now) + lease (in ms), and has
 -- expired once floor(now) reaches that: it lasts at least lease, at most
@@ -273,4 +330,4 @@ elseif op == 'e' then
   return {1, held}
 end
 return {held, held}
-`
+`}

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -84,5 +85,32 @@ func TestCluster(t *testing.T) {
 	})
 	if err != nil {
 		t.Error(err)
+	}
+
+	// A prefix with braces would take over the hash tag: every key in one
+	// slot, or one decision's keys over several (CROSSSLOT). Every
+	// constructor refuses it.
+	for _, prefix := range []string{"x{}:", "tenant{42}:", "a}b:", "{"} {
+		for name, build := range map[string]func() error{
+			"TokenBucket": func() error { _, err := NewTokenBucket(cc, ratelimit.PerSecond(1), 1, WithPrefix(prefix)); return err },
+			"LeakyBucket": func() error { _, err := NewLeakyBucket(cc, ratelimit.PerSecond(1), 1, WithPrefix(prefix)); return err },
+			"FixedWindow": func() error { _, err := NewFixedWindow(cc, ratelimit.PerSecond(1), WithPrefix(prefix)); return err },
+			"SlidingLog":  func() error { _, err := NewSlidingLog(cc, ratelimit.PerSecond(1), WithPrefix(prefix)); return err },
+			"SlidingWindowCounter": func() error {
+				_, err := NewSlidingWindowCounter(cc, ratelimit.PerSecond(1), WithPrefix(prefix))
+				return err
+			},
+			"Bulkhead": func() error { _, err := NewBulkhead(cc, 1, time.Second, WithPrefix(prefix)); return err },
+		} {
+			if err := build(); !errors.Is(err, ratelimit.ErrInvalidOption) {
+				t.Errorf("%s with prefix %q: %v, want an error matching ErrInvalidOption", name, prefix, err)
+			}
+		}
+	}
+	// What such a prefix did: the sliding log's two keys in different
+	// slots, so that every call failed on the cluster.
+	bad := redisKey("x{}:", "k", ":sl")
+	if cc.ClusterKeySlot(ctx, bad).Val() == cc.ClusterKeySlot(ctx, redisKey("x{}:", "k", ":slf")).Val() {
+		t.Errorf("%q and its floor key share a slot: the check above guards nothing", bad)
 	}
 }

@@ -92,6 +92,10 @@ func conformanceCases() []algoCase {
 		leakyBucketCase(ratelimit.PerDay(150), 150),
 		leakyBucketCase(ratelimit.PerSecond(1_000_000_007), 40),
 		leakyBucketCase(ratelimit.Per(1, 7*time.Nanosecond), 3),
+		// Numerators past 10^14, which Lua's number-to-string would print
+		// in exponent form.
+		tokenBucketCase(ratelimit.Per(1<<52-3, 30*24*time.Hour), 40),
+		leakyBucketCase(ratelimit.Per(1<<52-3, 30*24*time.Hour), 40),
 	}, extraCases...)
 }
 
@@ -108,6 +112,19 @@ func pairFor(t *testing.T, c algoCase, mc *ratelimit.ManualClock, client Client)
 		t.Fatal(err)
 	}
 	return core, rds
+}
+
+// TestWindow: each Redis limiter reports the window of its in-memory twin.
+func TestWindow(t *testing.T) {
+	client := newClient(t, redisAddr(t), true)
+	type windowed interface{ Window() time.Duration }
+	for _, c := range conformanceCases() {
+		mc := ratelimit.NewManualClock(start)
+		core, rds := pairFor(t, c, mc, client)
+		if got, want := rds.(windowed).Window(), core.(windowed).Window(); got != want {
+			t.Errorf("%s: Window() = %v, want %v", c.name, got, want)
+		}
+	}
 }
 
 func TestConformanceRandomTraces(t *testing.T) {

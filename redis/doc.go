@@ -23,13 +23,31 @@
 //
 // # One round trip per decision
 //
-// Each decision runs one Lua script in Redis (EVALSHA; EVAL when Redis
-// answers NOSCRIPT, after a restart or SCRIPT FLUSH), which reads the key's
-// state, applies the algorithm's step and writes the state back,
-// atomically: there is no read-then-write from the client. Reservation.Cancel
-// sends one more script, which gives the booking back if it is not yet due.
-// Redis 3.2 or later is needed (the scripts read TIME before writing);
-// the tests run against Redis 7.
+// Each decision runs one Lua script in Redis, which reads the key's state,
+// applies the algorithm's step and writes the state back, atomically:
+// there is no read-then-write from the client. The scripts are one Redis
+// Functions library (Redis 7.0 or later), loaded on first use on every
+// master and called by FCALL, so that their helpers are built once, when
+// the library loads, not at every call; where the library is missing (a
+// fresh server, FUNCTION FLUSH, a new master) the first call that finds it
+// so loads it again, and where Functions are unavailable (an older Redis)
+// the same scripts run by EVALSHA (EVAL when Redis answers NOSCRIPT).
+// State and expiry are written by one SET … PXAT where Redis says it has
+// it (7.0 on; SET then PEXPIREAT before). Reservation.Cancel sends one
+// more script, which gives the booking back as the in-memory limiter
+// would (not after it is due; for the buckets, only while no later booking
+// is held). Redis 3.2 or later is needed (the scripts read TIME before
+// writing); the tests run against Redis 7.
+//
+// A decision of the four O(1) algorithms is four commands in Redis (the
+// call, TIME, GET, SET); the sliding log reads the start of its list with
+// one LRANGE and writes its floor key only when it moves. Redis runs
+// scripts one at a time, so the decisions one key can get per second are
+// bounded by the one node that holds it, whatever the number of clients
+// or of nodes: about one per script time plus the call's own cost in
+// Redis (make bench-redis measures this ceiling for one hot key). Keys
+// spread over a cluster's nodes; a key flooded with requests that will be
+// denied is better answered locally (WithDenyCache).
 //
 // # Clock
 //
@@ -41,6 +59,13 @@
 // early and at most a round trip late), for the deny-cache and the FailLocal
 // limiter, and, for the window algorithms, as a reference point near the
 // server's time (see FixedWindow); a skew of days changes no decision.
+//
+// A failover hands the clock to the new master: decisions then follow its
+// clock, and every key's state shifts by the two masters' skew. A new
+// master whose clock is s behind lets each key wait s longer (a token
+// bucket refills s × rate tokens late); one s ahead refills them early,
+// up to s × rate extra events per key (a window opens s early). Keep the
+// nodes' clocks synchronised (NTP) as for any system that shares time.
 //
 // # Exact arithmetic in Lua
 //
@@ -75,12 +100,19 @@
 // that is empty or holds '{', '}' or '\' is escaped ('\' as `\\`, '{' as
 // `\(`, '}' as `\)`, the empty key as `\_`), so distinct keys never share a
 // Redis key and every tag is non-empty. Limiters with different parameters
-// must use different prefixes (WithPrefix; default "ratelimit:").
+// must use different prefixes (WithPrefix; default "ratelimit:"); a prefix
+// must not hold '{' or '}', which would take over the hash tag (every key
+// in one slot, or one decision's keys in several), and the constructors
+// refuse one.
 //
 // Every key written carries a TTL ending at most 2 ms after the key is at
 // rest (back to its full allowance), so dropping it then changes no
 // decision; a key at rest is deleted rather than written, and a peek
-// (AllowN with n = 0) writes nothing.
+// (AllowN with n = 0) writes nothing. A key holding what the limiter could
+// not have written (a value of another type, text, or a state further
+// ahead than the algorithm ever books, such as a far-future instant with
+// no TTL) is corrupt: the script treats the key as new and replaces or
+// deletes the value, and the OnError hook hears ErrCorruptState.
 //
 // # Failures
 //
@@ -88,13 +120,23 @@
 // When Redis is unreachable, answers with an error, or does not answer in
 // time, the failure policy answers instead (WithFailurePolicy): FailLocal
 // (the default) asks an in-memory limiter of the same kind and parameters,
-// FailOpen allows, FailClosed refuses; the OnError hook (WithOnError) hears
-// of each failure. No method panics or blocks past the timeout, even with a
-// client whose I/O ignores contexts (go-redis without ContextTimeoutEnabled:
-// the call then runs on a helper goroutine; enabling it saves that
-// goroutine). A call that timed out may still have been applied by Redis.
-// A caller's context that ends first is not a failure: its error is
-// returned.
+// FailOpen allows, FailClosed returns an error matching ErrUnavailable
+// (Allow returns false), so that a caller such as httplimit.Middleware
+// tells an outage (503) from a denial (429); the OnError hook
+// (WithOnError) hears of each failure. No method panics or blocks past the
+// timeout, even with a client whose I/O ignores contexts (go-redis without
+// ContextTimeoutEnabled: the call then runs on a helper goroutine; enabling
+// it saves that goroutine). A call that timed out may still have been
+// applied by Redis. A caller's context that ends first is not a failure:
+// its error is returned.
+//
+// FailLocal's limiter also records what Redis booked for this instance,
+// and for as long as a key takes to come to rest after a failure, AllowN
+// allows only what both Redis and the local limiter allow: so one
+// instance never gets more than the limit across a failure, whether Redis
+// hangs, is down, or comes back without its state (a restart without
+// persistence, a replica promoted before it had the latest writes). n
+// instances together get up to n times the limit while Redis is down.
 //
 // With go-redis's defaults, a refused connection is dialled again and the
 // command retried until the timeout, so while Redis is down each call takes

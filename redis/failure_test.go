@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -67,19 +68,32 @@ func TestRedisStopped(t *testing.T) {
 			if el := time.Since(t0); el > timeout+slack {
 				t.Errorf("%v: Allow took %v with Redis down, timeout %v", b.policy, el, timeout)
 			}
-			// FailLocal's own bucket is fresh: it allows 3, then denies.
-			want := b.policy == FailOpen || (b.policy == FailLocal && i < 3)
+			// FailLocal's own bucket starts from what this instance
+			// consumed on Redis (2 of 3): it allows 1, then denies.
+			want := b.policy == FailOpen || (b.policy == FailLocal && i < 1)
 			if got != want {
 				t.Errorf("%v: Allow #%d with Redis down = %v, want %v", b.policy, i, got, want)
 			}
 		}
-		if b.errs.Load() != 4 {
-			t.Errorf("%v: hook called %d times, want 4", b.policy, b.errs.Load())
+		// After a failure, FailLocal asks its own bucket first, and what
+		// it denies never reaches Redis: one call failed, three were
+		// denied locally.
+		wantErrs := int64(4)
+		if b.policy == FailLocal {
+			wantErrs = 1
+		}
+		if b.errs.Load() != wantErrs {
+			t.Errorf("%v: hook called %d times, want %d", b.policy, b.errs.Load(), wantErrs)
 		}
 		// Reserve and WaitN answer too.
+		// Under FailClosed, Reserve fails with the outage's error.
 		r, err := b.lim.Reserve(bg, "r", 1)
-		if err != nil || r.OK() != (b.policy != FailClosed) || r.Delay() != 0 {
-			t.Errorf("%v: Reserve with Redis down: %v ok=%v delay=%v", b.policy, err, r != nil && r.OK(), r.Delay())
+		if b.policy == FailClosed {
+			if !errors.Is(err, ErrUnavailable) || r != nil {
+				t.Errorf("%v: Reserve with Redis down: %v %v, want an error matching ErrUnavailable", b.policy, r, err)
+			}
+		} else if err != nil || !r.OK() || r.Delay() != 0 {
+			t.Errorf("%v: Reserve with Redis down: %v", b.policy, err)
 		}
 		err = b.lim.Wait(bg, "w")
 		if (b.policy == FailClosed) != errors.Is(err, ErrUnavailable) || (b.policy != FailClosed && err != nil) {
@@ -224,4 +238,118 @@ func TestReserveHorizon(t *testing.T) {
 	if r.OK() || r.Decision().RetryAfter != 31*24*time.Hour {
 		t.Errorf("booking 31 days ahead: ok=%v %+v", r.OK(), r.Decision())
 	}
+}
+
+// TestFailLocalAcrossFailover: under FailLocal, an instance never gets
+// more than its limit across Redis failures. Redis is frozen (SIGSTOP)
+// 200 ms in every 500 ms, and once killed and restarted empty (its state
+// lost); every algorithm's events, those Redis allowed and those the local
+// fallback allowed, together keep the algorithm's bound (see bound_test.go).
+// The limiters' clock is a ManualClock, passed to the scripts, moved 25 ms
+// a step; only the calls to a frozen Redis wait, for the 25 ms timeout.
+func TestFailLocalAcrossFailover(t *testing.T) {
+	srv := ownServer(t)
+	client := goredis.NewClient(&goredis.Options{Addr: srv.addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { client.Close() })
+	mc := ratelimit.NewManualClock(start)
+	type run struct {
+		c      boundCase
+		lim    ratelimit.Limiter
+		events []booked
+		failed atomic.Int64
+	}
+	var runs []*run
+	last := map[string]boundCase{} // the last case of each algorithm: the larger capacities
+	var kinds []string
+	for _, c := range boundCases() {
+		kind, _, _ := strings.Cut(c.name, "(")
+		if _, ok := last[kind]; !ok {
+			kinds = append(kinds, kind)
+		}
+		last[kind] = c
+	}
+	for _, kind := range kinds {
+		c := last[kind]
+		r := &run{c: c}
+		lim, err := c.redis(client, WithClock(mc), withClockTime(60_000), WithPrefix(testPrefix(t)),
+			WithTimeout(25*time.Millisecond), WithOnError(func(string, error) { r.failed.Add(1) }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.lim = lim
+		runs = append(runs, r)
+	}
+	const step = 25 * time.Millisecond
+	frozen := false
+	for i := range 64 { // 1.6 s
+		at := time.Duration(i) * step
+		switch phase := at % (500 * time.Millisecond); {
+		case phase >= 200*time.Millisecond && phase < 400*time.Millisecond && !frozen:
+			srv.pause()
+			frozen = true
+		case (phase < 200*time.Millisecond || phase >= 400*time.Millisecond) && frozen:
+			srv.resume()
+			frozen = false
+		}
+		if at == 1100*time.Millisecond { // up, then lost with its state
+			srv.kill()
+			srv.restart(t)
+		}
+		for _, r := range runs {
+			if r.lim.Allow("k") {
+				r.events = append(r.events, booked{mc.Now().UnixNano(), 1})
+			}
+		}
+		mc.Advance(step)
+	}
+	if frozen {
+		srv.resume()
+	}
+	for _, r := range runs {
+		if r.failed.Load() == 0 || len(r.events) == 0 {
+			t.Errorf("%s: %d events, %d failed calls: the run tested nothing", r.c.name, len(r.events), r.failed.Load())
+		}
+		if err := r.c.check(r.events); err != nil {
+			t.Errorf("%s across the failures: %v", r.c.name, err)
+		}
+	}
+}
+
+// TestBulkheadFailLocalAcrossFailover: with limit 2, an instance holding
+// its 2 places on Redis gets none more from the local fallback while Redis
+// is frozen; once the leases Redis granted expire (on the local clock), or
+// are released, the fallback grants them again.
+func TestBulkheadFailLocalAcrossFailover(t *testing.T) {
+	srv := ownServer(t)
+	client := newClient(t, srv.addr, true)
+	mc := ratelimit.NewManualClock(start)
+	b, err := NewBulkhead(client, 2, time.Second, WithClock(mc), withClockTime(60_000),
+		WithPrefix(testPrefix(t)), WithTimeout(25*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l1, err1 := b.TryAcquire(bg, "k")
+	l2, err2 := b.TryAcquire(bg, "k")
+	if err1 != nil || err2 != nil {
+		t.Fatalf("TryAcquire with Redis up: %v %v", err1, err2)
+	}
+	srv.pause()
+	defer srv.resume()
+	if l, err := b.TryAcquire(bg, "k"); !errors.Is(err, ratelimit.ErrBulkheadFull) {
+		t.Errorf("with Redis frozen and 2 of 2 held: %v %v, want ErrBulkheadFull", l, err)
+	}
+	l1.Release() // to Redis it fails (frozen); locally the place is free
+	l3, err := b.TryAcquire(bg, "k")
+	if err != nil {
+		t.Fatalf("after a release, with Redis frozen: %v", err)
+	}
+	if _, err := b.TryAcquire(bg, "k"); !errors.Is(err, ratelimit.ErrBulkheadFull) {
+		t.Errorf("with l2 and a local place held: %v, want ErrBulkheadFull", err)
+	}
+	mc.Advance(time.Second) // l2's lease has expired
+	if _, err := b.TryAcquire(bg, "k"); err != nil {
+		t.Errorf("after l2's lease expired: %v", err)
+	}
+	l3.Release()
+	_ = l2
 }

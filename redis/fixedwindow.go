@@ -49,7 +49,7 @@ func NewFixedWindow(client Client, rate ratelimit.Rate, opts ...Option) (*FixedW
 	if err != nil {
 		return nil, err
 	}
-	a := &windowAlgo{limit: rate.N, window: int64(rate.Period), horizon: int64(maxSpan), aligned: true}
+	a := newWindowAlgo(rate.N, int64(rate.Period), int64(maxSpan), true)
 	l, err := newLimiter(client, fwScript, []string{":fw"}, int(rate.N), a, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
 		return ratelimit.NewFixedWindow(rate, o...)
 	})
@@ -60,17 +60,16 @@ func NewFixedWindow(client Client, rate ratelimit.Rate, opts ...Option) (*FixedW
 }
 
 // fwScript mirrors the core's fwAlgo.step and unstep; st is the key's
-// window start relative to now.
-const fwScript = `
-local W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[9])
+// window start relative to now. Its replies are the token bucket's (see
+// tbScript), remaining in place of remNs; the cancel token is the booked
+// instant. A value the script could not have written (a window start off
+// the epoch's boundaries or further ahead than a booking goes, a count
+// above L) is
+// corrupt: the key starts afresh.
+var fwScript = script{name: "fw", defs: `
+local W, L, hz, st, c, v
+local F10FW = F10 .. '(%d+)$'
 ` + luaAlign + `
-local st, c
-local v = redis.call('GET', key)
-if v then
-  local a, b = string.match(v, '^(%-?%d+) (%d+)$')
-  if a then st, c = rel(a), tonumber(b) else v = nil end
-end
-
 local function put(s, k)
   if -s >= W or (k == 0 and s <= 0) then
     if v then redis.call('DEL', key) end
@@ -78,20 +77,8 @@ local function put(s, k)
   end
   local rest = s + W
   if k == 0 then rest = s end
-  put_until(key, abs(s) .. ' ' .. k, rest)
+  put_with(key, s, '%d%09d %d', '%d', k, nil, rest)
 end
-
-if op == 'u' then
-  local act = rel(ARGV[5])
-  if v and act >= 0 and st <= act and act < st + W then
-    put(st, c - math.min(n, c))
-    return 1
-  end
-  return 0
-end
-
-if not v or -st >= W then st, c = align(), 0 end -- a passed window counts nothing
-
 local function remaining(s, k)
   if s > 0 then return 0 end
   return L - k
@@ -100,18 +87,56 @@ local function reset(s, k)
   if k == 0 then return math.max(s, 0) end
   return math.max(s + W, 0)
 end
+`, body: `
+W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[9])
+aligned = nil
+st, c = nil, nil
+local corrupt
+v, corrupt = get(key)
+if v then
+  local a, b, x = string.match(v, F10FW)
+  if a then
+    st, c, a = relsn(tonumber(a), tonumber(b)), tonumber(x), true
+  else
+    a, b = string.match(v, '^(%-?%d+) (%d+)$')
+    if a then st, c = rel(a), tonumber(b) end
+  end
+  if not a or c > L or st > hz + SKEW or (-st < W and (st - align()) % W ~= 0) then
+    corrupt, st, c = true, nil, nil
+  end
+end
+local status = 0
+if corrupt then status, v = 2, true end
 
-if n == 0 then return {1, 1, remaining(st, c), 0, 0, reset(st, c), 0, abs(0)} end
+if op == 'u' then
+  if corrupt then redis.call('DEL', key); return 2 end
+  local act = rel(ARGV[5])
+  if v and act >= 0 and st <= act and act < st + W then
+    put(st, c - math.min(n, c))
+    return 1
+  end
+  return 0
+end
+
+if not st or -st >= W then st, c = align(), 0 end -- a passed window counts nothing
+if n == 0 then
+  if corrupt then redis.call('DEL', key) end
+  return {status + 1, 1, remaining(st, c), 0, 0, reset(st, c)}
+end
 local target, total = st, c + n
 if n > L - c then target, total = st + W, n end
 local act = math.max(target, 0)
 local maxwait = tonumber(ARGV[5])
 if maxwait < 0 or maxwait > hz then maxwait = hz end
 if act > maxwait then
-  return {0, 0, remaining(st, c), 0, act, reset(st, c), act, abs(act)}
+  if corrupt then redis.call('DEL', key) end
+  return {status, 0, remaining(st, c), 0, act, reset(st, c)}
 end
 put(target, total)
 local allowed, rem = 0, 0
 if act == 0 then allowed, rem = 1, L - total end
-return {1, allowed, rem, 0, act, reset(target, total), act, abs(act)}
-`
+if op == 'r' then
+  return {status + 1, allowed, rem, 0, act, reset(target, total), abs(act)}
+end
+return {status + 1, allowed, rem, 0, act, reset(target, total)}
+`}

@@ -67,40 +67,51 @@ func (a *lbAlgo) decision(r *reply, _ int64) ratelimit.Decision {
 }
 
 // lbScript mirrors the core's lbAlgo.step and unstep. Instants are ns
-// relative to now with a numerator over den (see luaPrelude).
-const lbScript = luaFraction + `
+// relative to now with a numerator over den (see luaPrelude). Its replies
+// and cancel token are the token bucket's (the end of the queue for the
+// TAT): Cancel gives back only the tail of the queue, not yet started.
+var lbScript = script{name: "lb", defs: luaFraction, body: luaFractionBegin + `
 -- The end of the queue; a missing key is an empty queue (end = now).
-local en, ef = get_instant()
+local corrupt
+tn, tf, corrupt = get_instant()
+local en, ef = tn, tf
+local status = 0
+if corrupt then status = 2 end
 
 if op == 'u' then
-  local act = rel(ARGV[5])
-  if not held or act < 0 then return 0 end -- started: the events have acted
-  local sn, sf = sub(en, ef, nivn, nivf)
-  if ceil(sn, sf) ~= act then return 0 end -- not the tail
-  put(sn, sf)
+  if corrupt then redis.call('DEL', key); return 2 end
+  -- Started (the events have acted), or not the tail: its slots stay,
+  -- empty.
+  if not held or not cancellable() then return 0 end
+  put(sub(en, ef, nivn, nivf))
   return 1
 end
 
 if en < 0 then en, ef = 0, 0 end -- the booking's first slot: max(end, now)
 local delay = ceil(en, ef)
 if n == 0 then
+  if corrupt then redis.call('DEL', key) end
   local fn, ff = sub(taun, tauf, en, ef)
-  return {1, 1, fn, ff, 0, delay, 0, abs(0)}
+  return {status + 1, 1, fn, ff, 0, delay}
 end
 local xn, xf = add(en, ef, nivn, nivf)
 local fits = le(xn, xf, taun, tauf)
 local maxwait = tonumber(ARGV[5])
 if not fits or (maxwait >= 0 and delay > maxwait) then
+  if corrupt then redis.call('DEL', key) end
   local retry = delay -- the slot is too late: report the wait it needs
   if not fits and (maxwait < 0 or delay <= maxwait) then
     retry = ceil(sub(xn, xf, taun, tauf)) -- n places free then
   end
   local fn, ff = sub(taun, tauf, en, ef)
-  return {0, 0, fn, ff, retry, delay, retry, abs(retry)}
+  return {status, 0, fn, ff, retry, delay}
 end
 put(xn, xf)
 local fn, ff = sub(taun, tauf, xn, xf)
 local allowed = 0
 if delay == 0 then allowed = 1 end
-return {1, allowed, fn, ff, delay, ceil(xn, xf), delay, abs(delay)}
-`
+if op == 'r' then
+  return {status + 1, allowed, fn, ff, delay, ceil(xn, xf), token(delay, xn, xf)}
+end
+return {status + 1, allowed, fn, ff, delay, ceil(xn, xf)}
+`}

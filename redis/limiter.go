@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
@@ -13,9 +14,16 @@ import (
 
 // ErrUnavailable matches the errors of calls to Redis that failed (the
 // server unreachable, an error reply, no answer within the timeout). They
-// reach the OnError hook, and WaitN under FailClosed; other methods answer
-// with the failure policy instead.
+// reach the OnError hook, and under FailClosed the caller of AllowN,
+// Reserve and WaitN; under the other policies the policy answers instead.
 var ErrUnavailable = errors.New("ratelimit: redis unavailable")
+
+// ErrCorruptState is what the OnError hook hears when a key held a value
+// the limiter could not have written (another program's, of another type,
+// or a state further ahead than the algorithm ever books): the script
+// treated the key as new and replaced the value, and the decision is
+// Redis's.
+var ErrCorruptState = errors.New("ratelimit: redis key held a value the limiter did not write; started afresh")
 
 // Client is what the limiters need of a Redis client: *goredis.Client,
 // *goredis.ClusterClient, *goredis.Ring and goredis.UniversalClient all
@@ -31,59 +39,82 @@ type algorithm interface {
 	args(dst []any, n, local int64) []any
 	// decision builds the Decision of a step's reply for n events.
 	decision(r *reply, n int64) ratelimit.Decision
+	// span is at least how long a key takes to come to rest, in ns: how
+	// long events booked on Redis may still count against the limit.
+	span() int64
+	// period is how long an empty allowance takes to refill, in ns.
+	period() int64
 }
 
 // reply is what every script's step returns:
-// {ok, allowed, a, b, retryAfter, resetAfter, actRel, actAbs}.
-// a and b are algorithm-specific (what Remaining is computed from); the
-// durations and actRel are in ns; actAbs is the booked instant in Unix ns.
+// {status, allowed, a, b, retryAfter, resetAfter[, token]}.
+// status is 1 if the step booked, plus 2 if the key held a corrupt value
+// (replaced); a and b are algorithm-specific (what Remaining is computed
+// from); the durations are in ns, and retryAfter is also the delay of a
+// booking; token, for bookings only,
+// is what Cancel sends back (the booked instant, and for the token bucket
+// the TAT the booking left).
 type reply struct {
-	ok, allowed          bool
+	ok, allowed, corrupt bool
 	a, b                 int64
-	retry, reset, actRel int64
-	actAbs               string
+	retry, reset         int64
+	token                string
 }
 
-func parseReply(v any) (*reply, error) {
+func parseReply(v any) (reply, error) {
 	vs, ok := v.([]any)
-	if !ok || len(vs) != 8 {
-		return nil, fmt.Errorf("unexpected script reply %#v", v)
+	if !ok || len(vs) < 6 || len(vs) > 7 {
+		return reply{}, fmt.Errorf("unexpected script reply %#v", v)
 	}
-	var ns [7]int64
+	var ns [6]int64
 	for i := range ns {
 		x, ok := vs[i].(int64)
 		if !ok {
-			return nil, fmt.Errorf("unexpected script reply %#v", v)
+			return reply{}, fmt.Errorf("unexpected script reply %#v", v)
 		}
 		ns[i] = x
 	}
-	act, ok := vs[7].(string)
-	if !ok {
-		return nil, fmt.Errorf("unexpected script reply %#v", v)
+	r := reply{ok: ns[0]&1 == 1, corrupt: ns[0]&2 != 0, allowed: ns[1] == 1, a: ns[2], b: ns[3],
+		retry: ns[4], reset: ns[5]}
+	if len(vs) == 7 {
+		if r.token, ok = vs[6].(string); !ok {
+			return reply{}, fmt.Errorf("unexpected script reply %#v", v)
+		}
 	}
-	return &reply{ok: ns[0] == 1, allowed: ns[1] == 1, a: ns[2], b: ns[3],
-		retry: ns[4], reset: ns[5], actRel: ns[6], actAbs: act}, nil
+	return r, nil
 }
 
-// caller runs one script on a key's Redis keys, within the call timeout.
+// Boxed once: arguments most calls send, which would otherwise be
+// allocated anew at each call.
+var (
+	boxedMinus1 any = int64(-1)
+	boxedZero   any = int64(0)
+)
+
+// caller runs one script on a key's Redis keys, within the call timeout:
+// by FCALL of the library's function, or by EVALSHA and EVAL.
 type caller struct {
 	client Client
 	direct bool // the client bounds its I/O by the context's deadline
+	fns    functions
 	script *goredis.Script
 	suffix []string // of each Redis key of a call: KEYS[1], KEYS[2], ...
 	cfg    config
+	pad    any // cfg.ttlPadMs, boxed
 }
 
-func newCaller(client Client, src string, suffix []string, cfg config) (caller, error) {
+func newCaller(client Client, s script, suffix []string, cfg config) (caller, error) {
 	if isNil(client) {
 		return caller{}, fmt.Errorf("%w: nil redis client", ratelimit.ErrInvalidOption)
 	}
 	return caller{
 		client: client,
 		direct: honoursContext(client),
-		script: goredis.NewScript(luaPrelude + src),
+		fns:    newFunctions(client, s.name),
+		script: goredis.NewScript(s.evalSource()),
 		suffix: suffix,
 		cfg:    cfg,
+		pad:    cfg.ttlPadMs,
 	}, nil
 }
 
@@ -95,15 +126,20 @@ type limiter struct {
 	limit int
 	local ratelimit.Limiter // FailLocal only
 	deny  *denyCache        // nil: off
+	// recover is, under FailLocal, the local clock's Unix ns until which
+	// an event Redis allows must also conform locally: a span after the
+	// last failure, as Redis may have come back without the state (a
+	// restart, a failover to a replica that lagged).
+	recover *atomic.Int64
 }
 
-func newLimiter(client Client, src string, suffix []string, limit int, alg algorithm, cfg config,
+func newLimiter(client Client, src script, suffix []string, limit int, alg algorithm, cfg config,
 	newLocal func(opts ...ratelimit.Option) (ratelimit.Limiter, error)) (limiter, error) {
 	c, err := newCaller(client, src, suffix, cfg)
 	if err != nil {
 		return limiter{}, err
 	}
-	l := limiter{caller: c, alg: alg, limit: limit}
+	l := limiter{caller: c, alg: alg, limit: limit, recover: new(atomic.Int64)}
 	if cfg.policy == FailLocal {
 		opts := append(cfg.localOpts[:len(cfg.localOpts):len(cfg.localOpts)], ratelimit.WithClock(cfg.clock))
 		local, err := newLocal(opts...)
@@ -152,8 +188,14 @@ func honoursContext(c Client) bool {
 // Limit returns the most events the limiter allows a key at once.
 func (l *limiter) Limit() int { return l.limit }
 
+// Window returns how long a key's allowance takes to come back from empty
+// to full if nothing more is consumed, as the in-memory limiter of the
+// same kind says (httplimit's RateLimit-Policy w).
+func (l *limiter) Window() time.Duration { return time.Duration(l.alg.period()) }
+
 // Allow reports whether one event for key may happen now, and records it
-// if so. When Redis fails it returns the failure policy's answer.
+// if so. When Redis fails it returns the failure policy's answer (false
+// under FailClosed).
 func (l *limiter) Allow(key string) bool {
 	d, err := l.AllowN(context.Background(), key, 1)
 	return err == nil && d.Allowed
@@ -161,10 +203,12 @@ func (l *limiter) Allow(key string) bool {
 
 // AllowN reports whether n events for key may happen now, all or nothing,
 // and records them if so, in one round trip. n == 0 peeks and writes
-// nothing. It returns ctx.Err() if ctx ends before Redis answers; when
-// Redis fails, the failure policy's answer with a nil error (see
-// FailurePolicy; FailOpen and FailClosed answer with Limit set, Remaining,
-// RetryAfter and ResetAfter zero, as the state is unknown).
+// nothing. It returns ctx.Err() if ctx ends before Redis answers. When
+// Redis fails, the failure policy answers (see FailurePolicy): FailLocal
+// with the local limiter's Decision, FailOpen with the Decision a key
+// without history would get (allowed, Remaining Limit-n, no delays), and
+// FailClosed with an error matching ErrUnavailable, so that a caller (such
+// as httplimit's middleware) can tell an outage from a denial.
 func (l *limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
 	if err := l.validN(n); err != nil {
 		return ratelimit.Decision{}, err
@@ -177,25 +221,72 @@ func (l *limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Deci
 			return d, nil
 		}
 	}
-	r, err := l.step(ctx, key, n, 0)
+	// Just after a failure, the local limiter must allow too.
+	var held *ratelimit.Reservation
+	if l.local != nil && n > 0 && l.cfg.clock.Now().UnixNano() < l.recover.Load() {
+		res, err := l.local.Reserve(ctx, key, n)
+		if err != nil {
+			return ratelimit.Decision{}, err
+		}
+		if !res.OK() || res.Delay() > 0 {
+			res.Cancel()
+			d := res.Decision()
+			d.Allowed = false
+			return d, nil
+		}
+		held = res
+	}
+	r, _, err := l.step(ctx, key, n, 0, "s")
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
+			if held != nil {
+				held.Cancel()
+			}
 			return ratelimit.Decision{}, cerr
 		}
 		l.fail(key, err)
 		switch l.cfg.policy {
 		case FailOpen:
-			return ratelimit.Decision{Allowed: true, Limit: l.limit}, nil
+			return ratelimit.Decision{Allowed: true, Limit: l.limit, Remaining: l.limit - n}, nil
 		case FailClosed:
-			return ratelimit.Decision{Allowed: n == 0, Limit: l.limit}, nil
+			return ratelimit.Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		if held != nil {
+			return held.Decision(), nil
 		}
 		return l.local.AllowN(ctx, key, n)
 	}
-	d := l.alg.decision(r, int64(n))
+	d := l.alg.decision(&r, int64(n))
+	switch {
+	case held != nil && !r.ok:
+		held.Cancel()
+	case held == nil && l.local != nil && r.ok && n > 0:
+		l.mirror(key, n)
+	}
 	if l.deny != nil && !d.Allowed && n > 0 {
 		l.deny.add(key, n, l.cfg.clock.Now(), d)
 	}
 	return d, nil
+}
+
+// mirror records in the FailLocal limiter n events Redis booked for key,
+// so that if Redis fails the local limiter starts from what this instance
+// has consumed, not from a full allowance: one instance then never gets
+// more than its limit across the failover. The local limiter books them
+// even if it would not allow them now (it never refuses what Redis
+// booked). It returns the local booking.
+//
+// For a span after a failure (as long as a key takes to come to rest),
+// AllowN also asks the local limiter first and allows only what both
+// allow: a Redis that came back without its state (restarted without
+// persistence, or a replica promoted before it had the latest writes)
+// would otherwise give this instance a full allowance again.
+func (l *limiter) mirror(key string, n int) *ratelimit.Reservation {
+	res, err := l.local.Reserve(context.Background(), key, n)
+	if err != nil || !res.OK() {
+		return nil
+	}
+	return res
 }
 
 // Reserve books n events for key at the earliest time they conform, in
@@ -204,8 +295,8 @@ func (l *limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Deci
 // than the limiter's horizon ahead (see the type's doc) are refused: the
 // Reservation is not OK. It returns ctx.Err() if ctx ends before Redis
 // answers. When Redis fails: under FailOpen an OK reservation with no
-// delay, under FailClosed one that is not OK, under FailLocal the local
-// limiter's.
+// delay, under FailClosed an error matching ErrUnavailable, under
+// FailLocal the local limiter's.
 func (l *limiter) Reserve(ctx context.Context, key string, n int) (*ratelimit.Reservation, error) {
 	if err := l.validN(n); err != nil {
 		return nil, err
@@ -213,22 +304,22 @@ func (l *limiter) Reserve(ctx context.Context, key string, n int) (*ratelimit.Re
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	r, err := l.step(ctx, key, n, -1)
+	r, local, err := l.step(ctx, key, n, -1, "r")
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, cerr
 		}
 		l.fail(key, err)
-		now := l.cfg.clock.Now()
 		switch l.cfg.policy {
 		case FailOpen:
-			return ratelimit.NewReservation(l.cfg.clock, true, ratelimit.Decision{Allowed: true, Limit: l.limit}, now, nil), nil
+			d := ratelimit.Decision{Allowed: true, Limit: l.limit, Remaining: l.limit - n}
+			return ratelimit.NewReservation(l.cfg.clock, true, d, l.cfg.clock.Now(), nil), nil
 		case FailClosed:
-			return ratelimit.NewReservation(l.cfg.clock, false, ratelimit.Decision{Limit: l.limit}, now, nil), nil
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		return l.local.Reserve(ctx, key, n)
 	}
-	return l.reservation(key, n, r), nil
+	return l.reservation(key, n, &r, local), nil
 }
 
 // Wait is shorthand for WaitN(ctx, key, 1).
@@ -261,7 +352,7 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int) error {
 		// A deadline is an instant of real time, whatever our clock.
 		maxWait = max(int64(time.Until(dl)), 0)
 	}
-	r, err := l.step(ctx, key, n, maxWait)
+	r, local, err := l.step(ctx, key, n, maxWait, "r")
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return cerr
@@ -275,7 +366,7 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int) error {
 		}
 		return l.local.WaitN(ctx, key, n)
 	}
-	res := l.reservation(key, n, r)
+	res := l.reservation(key, n, &r, local)
 	if !res.OK() {
 		// The deadline caused the refusal only if the events could not
 		// conform within it (not, say, a full leaky-bucket queue that
@@ -300,49 +391,78 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int) error {
 
 // reservation turns a step's reply into a Reservation. The time to act is
 // the booked instant: in production, the local time the reply arrived plus
-// the server's delay (never early, at most a round trip late).
-func (l *limiter) reservation(key string, n int, r *reply) *ratelimit.Reservation {
+// the server's delay (never early, at most a round trip late); on a test's
+// clock, the instant the step was sent for plus the delay.
+func (l *limiter) reservation(key string, n int, r *reply, local int64) *ratelimit.Reservation {
 	d := l.alg.decision(r, int64(n))
 	var act time.Time
 	if l.cfg.clockTime {
-		ns, _ := strconv.ParseInt(r.actAbs, 10, 64)
-		act = time.Unix(0, ns)
+		act = time.Unix(0, local+r.retry)
 	} else {
-		act = l.cfg.clock.Now().Add(time.Duration(r.actRel))
+		act = l.cfg.clock.Now().Add(time.Duration(r.retry))
 	}
 	var cancel func(time.Time)
 	if r.ok && n > 0 {
-		booked := r.actAbs
-		cancel = func(at time.Time) { l.unstep(key, n, booked, at) }
+		token := r.token
+		var mirrored *ratelimit.Reservation
+		if l.local != nil {
+			mirrored = l.mirror(key, n)
+		}
+		cancel = func(at time.Time) {
+			l.unstep(key, n, token, at)
+			if mirrored != nil {
+				mirrored.Cancel()
+			}
+		}
 	}
 	return ratelimit.NewReservation(l.cfg.clock, r.ok, d, act, cancel)
 }
 
-// step runs the script's step for n events that must conform within
-// maxWait ns (-1: within the horizon).
-func (l *limiter) step(ctx context.Context, key string, n int, maxWait int64) (*reply, error) {
+// step runs the script's step (op "s", or "r" for a booking that may be
+// cancelled) for n events that must conform within maxWait ns (-1: within
+// the horizon). It returns the reply and the limiter's clock reading sent.
+func (l *limiter) step(ctx context.Context, key string, n int, maxWait int64, op string) (reply, int64, error) {
 	local := l.cfg.clock.Now().UnixNano()
-	args := make([]any, 5, 12)
-	args[0], args[1], args[2], args[3], args[4] = "s", "", l.cfg.ttlPadMs, n, maxWait
+	var args [12]any
+	dst := args[:5]
+	dst[0], dst[1], dst[2], dst[3], dst[4] = op, "", l.pad, n, boxedZero
+	if maxWait < 0 {
+		dst[4] = boxedMinus1
+	} else if maxWait > 0 {
+		dst[4] = maxWait
+	}
 	if l.cfg.clockTime {
-		args[1] = strconv.FormatInt(local, 10)
+		dst[1] = strconv.FormatInt(local, 10)
 	}
-	v, err := l.eval(ctx, key, l.alg.args(args, int64(n), local))
+	v, err := l.eval(ctx, key, l.alg.args(dst, int64(n), local))
 	if err != nil {
-		return nil, err
+		return reply{}, local, err
 	}
-	return parseReply(v)
+	r, err := parseReply(v)
+	if err != nil {
+		return r, local, err
+	}
+	if r.corrupt {
+		l.corrupted(key)
+	}
+	return r, local, nil
 }
 
-// unstep gives back n events booked at the server instant booked, if at
-// (on the server's clock, or at itself in tests) has not passed it.
-func (l *limiter) unstep(key string, n int, booked string, at time.Time) {
-	args := []any{"u", "", l.cfg.ttlPadMs, n, booked}
+// unstep gives back n events booked with the cancel token, if at (on the
+// server's clock, or at itself in tests) has not passed the booked
+// instant.
+func (l *limiter) unstep(key string, n int, token string, at time.Time) {
+	args := []any{"u", "", l.pad, n, token}
 	if l.cfg.clockTime {
 		args[1] = strconv.FormatInt(at.UnixNano(), 10)
 	}
-	if _, err := l.eval(context.Background(), key, l.alg.args(args, int64(n), at.UnixNano())); err != nil {
+	v, err := l.eval(context.Background(), key, l.alg.args(args, int64(n), at.UnixNano()))
+	if err != nil {
 		l.fail(key, err)
+		return
+	}
+	if x, ok := v.(int64); ok && x&2 != 0 {
+		l.corrupted(key)
 	}
 }
 
@@ -354,12 +474,17 @@ func (l *limiter) unstep(key string, n int, booked string, at time.Time) {
 func (l *caller) eval(ctx context.Context, key string, args []any) (any, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	defer cancel()
-	keys := make([]string, len(l.suffix))
-	for i, sfx := range l.suffix {
-		keys[i] = redisKey(l.cfg.prefix, key, sfx)
+	var keys []string
+	if len(l.suffix) == 1 {
+		keys = []string{redisKey(l.cfg.prefix, key, l.suffix[0])}
+	} else {
+		keys = make([]string, len(l.suffix))
+		for i, sfx := range l.suffix {
+			keys[i] = redisKey(l.cfg.prefix, key, sfx)
+		}
 	}
 	if l.direct {
-		return l.script.Run(ctx, l.client, keys, args...).Result()
+		return l.run(ctx, keys, args)
 	}
 	type result struct {
 		v   any
@@ -367,7 +492,7 @@ func (l *caller) eval(ctx context.Context, key string, args []any) (any, error) 
 	}
 	ch := make(chan result, 1)
 	go func() {
-		v, err := l.script.Run(ctx, l.client, keys, args...).Result()
+		v, err := l.run(ctx, keys, args)
 		ch <- result{v, err}
 	}()
 	select {
@@ -376,6 +501,38 @@ func (l *caller) eval(ctx context.Context, key string, args []any) (any, error) 
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// run runs the script once: FCALL where Redis has the library, else
+// EVALSHA (EVAL on NOSCRIPT).
+func (l *caller) run(ctx context.Context, keys []string, args []any) (any, error) {
+	if v, err, ok := l.fns.call(ctx, keys, args); ok {
+		return v, err
+	}
+	return l.script.Run(ctx, l.client, keys, args...).Result()
+}
+
+// corrupted reports to the OnError hook a key that held a value the
+// limiter could not have written, which the script replaced.
+func (l *caller) corrupted(key string) {
+	if l.cfg.onError != nil {
+		l.cfg.onError(key, ErrCorruptState)
+	}
+}
+
+// fail reports a failed call to the OnError hook and, under FailLocal,
+// starts or extends the recovery span.
+func (l *limiter) fail(key string, err error) {
+	if l.local != nil {
+		until := l.cfg.clock.Now().UnixNano() + l.alg.span()
+		for {
+			old := l.recover.Load()
+			if old >= until || l.recover.CompareAndSwap(old, until) {
+				break
+			}
+		}
+	}
+	l.caller.fail(key, err)
 }
 
 // fail reports a failed call to the OnError hook.

@@ -293,22 +293,28 @@ func TestNoScriptReloads(t *testing.T) {
 	}
 }
 
-// TestErrorReplyAppliesPolicy: a key holding another type makes the script
-// fail; the policy answers, the hook hears of it, nothing panics.
+// TestErrorReplyAppliesPolicy: a Redis that refuses writes (out of memory
+// under noeviction) makes the call fail; the policy answers, the hook
+// hears of it, nothing panics.
 func TestErrorReplyAppliesPolicy(t *testing.T) {
-	c := newClient(t, redisAddr(t), true)
-	prefix := testPrefix(t)
+	srv := ownServer(t)
+	c := newClient(t, srv.addr, true)
 	var hooked []error
-	tb, err := NewTokenBucket(c, ratelimit.PerHour(1), 2, WithPrefix(prefix), WithFailurePolicy(FailClosed),
+	tb, err := NewTokenBucket(c, ratelimit.PerHour(1), 2, WithPrefix(testPrefix(t)), WithFailurePolicy(FailClosed),
 		WithOnError(func(key string, err error) { hooked = append(hooked, err) }))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.LPush(bg, redisKey(prefix, "k", ":tb"), "x")
+	if err := c.ConfigSet(bg, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ConfigSet(bg, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
 	if tb.Allow("k") {
 		t.Error("FailClosed allowed on an error reply")
 	}
-	if len(hooked) != 1 || !errors.Is(hooked[0], ErrUnavailable) || !strings.Contains(hooked[0].Error(), "WRONGTYPE") {
+	if len(hooked) != 1 || !errors.Is(hooked[0], ErrUnavailable) || !strings.Contains(hooked[0].Error(), "OOM") {
 		t.Errorf("hook got %v", hooked)
 	}
 }
@@ -346,6 +352,11 @@ type countingClient struct {
 func (c *countingClient) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *goredis.Cmd {
 	c.calls.Add(1)
 	return c.Client.EvalSha(ctx, sha, keys, args...)
+}
+
+func (c *countingClient) FCall(ctx context.Context, fn string, keys []string, args ...any) *goredis.Cmd {
+	c.calls.Add(1)
+	return c.Client.FCall(ctx, fn, keys, args...)
 }
 
 func (c *countingClient) Eval(ctx context.Context, src string, keys []string, args ...any) *goredis.Cmd {

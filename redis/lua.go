@@ -1,7 +1,10 @@
 package redis
 
-// luaPrelude is the start of every script. It reads the common arguments,
-// takes the time, and defines the helpers for exact time arithmetic.
+// luaPrelude is the start of every script: the helpers for exact time
+// arithmetic, and begin, which reads a call's common arguments and takes
+// the time. The per-call values are variables of the chunk that begin
+// sets, so that in a Redis Functions library (see library) the helpers are
+// created once, when the library loads, not at each call.
 //
 // Lua in Redis computes with doubles, exact for integers below 2^53. A Unix
 // time in nanoseconds (about 1.8e18) is not exact as a double, so no script
@@ -29,13 +32,18 @@ package redis
 // ARGV[4] n; ARGV[5] the maximum wait in ns (-1: none) for a step, or the
 // booked instant for an unstep. Algorithm parameters follow from ARGV[6].
 const luaPrelude = `
-if redis.replicate_commands then redis.replicate_commands() end
 local E9 = 1000000000
 local FAR = 9000000000000000
-local key = KEYS[1]
-local op = ARGV[1]
-local pad = tonumber(ARGV[3])
-local n = tonumber(ARGV[4])
+-- How far beyond what an algorithm ever books a stored instant may lie and
+-- still be taken as written by this package: a day, for a master whose
+-- clock is behind the one that wrote it. Further is corrupt.
+local SKEW = 86400 * E9
+-- The call's keys and arguments and what begin reads from them.
+local KEYS, ARGV, key, op, pad, n
+local now_s, now_ns, clocked
+-- SET with PXAT (value and expiry in one write) needs Redis 6.2; Redis
+-- tells its version to scripts from 7.0 on.
+local PXAT = redis.REDIS_VERSION_NUM ~= nil and redis.REDIS_VERSION_NUM >= 0x060200
 
 -- split parses a decimal string of integer nanoseconds into (s, ns),
 -- 0 <= ns < 1e9, without ever holding the whole value in a double.
@@ -53,33 +61,53 @@ local function split(str)
   return s, ns
 end
 
-local now_s, now_ns
-if ARGV[2] == '' then
-  local t = redis.call('TIME')
-  now_s = tonumber(t[1])
-  now_ns = tonumber(t[2]) * 1000
-else
-  now_s, now_ns = split(ARGV[2])
+-- get returns the string value of key k (false if none), and true if k
+-- holds a value of another type.
+local function get(k)
+  local v = redis.pcall('GET', k)
+  if type(v) == 'table' then return false, true end
+  return v, false
 end
 
--- rel returns the stored instant str relative to now, in ns. Instants more
+-- begin reads a call's common arguments and takes the time.
+local function begin(keys, argv)
+  KEYS, ARGV = keys, argv
+  key, op, pad, n = keys[1], argv[1], tonumber(argv[3]), tonumber(argv[4])
+  clocked = argv[2] ~= ''
+  if clocked then
+    now_s, now_ns = split(argv[2])
+  else
+    local t = redis.call('TIME')
+    now_s = tonumber(t[1])
+    now_ns = tonumber(t[2]) * 1000
+  end
+end
+
+-- rel returns the stored instant str relative to now, in ns (relsn that of
+-- s seconds and ns nanoseconds). Instants more
 -- than 9e6 s (104 days) away are clamped to -FAR or FAR: the algorithms'
 -- spans and booking horizon keep every live instant well inside.
-local function rel(str)
-  local s, ns = split(str)
+local function relsn(s, ns)
   local ds = s - now_s
   if ds < -9000000 then return -FAR end
   if ds > 9000000 then return FAR end
   return ds * E9 + (ns - now_ns)
 end
+local function rel(str) return relsn(split(str)) end
+
+
 
 -- abs returns the instant r ns after now as a decimal string of Unix ns.
-local function abs(r)
+-- absplit returns the instant r ns after now as whole seconds and ns.
+local function absplit(r)
   local t = now_ns + r
   local c = math.floor(t / E9)
   local m = t - c * E9
   if m < 0 then c = c - 1; m = m + E9 elseif m >= E9 then c = c + 1; m = m - E9 end
-  local s = now_s + c
+  return now_s + c, m
+end
+local function abs(r)
+  local s, m = absplit(r)
   if s >= 0 then
     if s == 0 then return string.format('%d', m) end
     return string.format('%d%09d', s, m)
@@ -90,26 +118,78 @@ local function abs(r)
   return string.format('-%d%09d', s, m)
 end
 
--- expire makes key k expire once it is at rest, r > 0 ns from now. On the
--- server's clock (TIME) the expiry is absolute: PEXPIREAT the millisecond
--- after the one holding now + r. Redis drops a key once the server's
--- millisecond clock reaches its expiry (at once, if the script has run
--- that long), so never before rest and at most 2 ms after, however long
--- the script took since TIME. On a clock passed by a test, it is relative:
--- PEXPIRE the whole milliseconds of r plus one, plus the test's pad.
+-- expiry returns when a key at rest r > 0 ns from now expires. On the
+-- server's clock (TIME) it is absolute, in Unix ms: the millisecond after
+-- the one holding now + r. Redis drops a key once the server's millisecond
+-- clock reaches its expiry (at once, if the script has run that long), so
+-- never before rest and at most 2 ms after, however long the script took
+-- since TIME. On a clock passed by a test, it is relative: the whole
+-- milliseconds of r plus one, plus the test's pad.
+local function expiry(r)
+  if clocked then return math.floor(r / 1000000) + 1 + pad end
+  return now_s * 1000 + math.floor((now_ns + r) / 1000000) + 1
+end
+-- expire makes key k expire once it is at rest, r > 0 ns from now.
 local function expire(k, r)
-  if ARGV[2] == '' then
-    redis.call('PEXPIREAT', k, now_s * 1000 + math.floor((now_ns + r) / 1000000) + 1)
+  if clocked then
+    redis.call('PEXPIRE', k, expiry(r))
   else
-    redis.call('PEXPIRE', k, math.floor(r / 1000000) + 1 + pad)
+    redis.call('PEXPIREAT', k, expiry(r))
   end
 end
--- put sets key k to v, expiring once at rest, r > 0 ns from now.
+-- put_until sets key k to v, expiring once at rest, r > 0 ns from now: one
+-- write where Redis has SET with PXAT.
 local function put_until(k, v, r)
-  redis.call('SET', k, v)
-  expire(k, r)
+  if clocked then
+    redis.call('SET', k, v, 'PX', expiry(r))
+  elseif PXAT then
+    redis.call('SET', k, v, 'PXAT', expiry(r))
+  else
+    redis.call('SET', k, v)
+    redis.call('PEXPIREAT', k, expiry(r))
+  end
+end
+
+-- F10 matches a stored value that starts with an instant of 10-digit
+-- seconds (2001 to 2286) and its nanoseconds: the common case, split by
+-- the pattern itself.
+local F10 = '^(%d%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d%d%d%d) '
+-- put_with stores in key k the instant r ns after now, a space and the
+-- integers a (and b) as the format tail writes them, expiring once at
+-- rest, e ns from now; full is '%d%09d ' followed by tail, which writes
+-- the common instant (10-digit seconds) in the same string.format.
+local function put_with(k, r, full, tail, a, b, e)
+  local s, m = absplit(r)
+  local v
+  if s >= 1000000000 and s < 10000000000 then
+    v = string.format(full, s, m, a, b)
+  else
+    v = abs(r) .. ' ' .. string.format(tail, a, b)
+  end
+  put_until(k, v, e)
 end
 `
+
+// evalHead starts a script run by EVAL: it keeps EVAL's KEYS and ARGV
+// before luaPrelude's per-call variables of those names hide them.
+const evalHead = `
+if redis.replicate_commands then redis.replicate_commands() end
+local KEYS_, ARGV_ = KEYS, ARGV
+`
+
+// script is one algorithm's Lua code: defs, run once where the helpers are
+// defined (at library load for Redis Functions, at each call for EVAL),
+// defines the algorithm's helpers and declares its per-call variables;
+// body runs at each call, after begin, and returns the reply.
+type script struct {
+	name       string // the function's name in the library, after its prefix
+	defs, body string
+}
+
+// evalSource returns the script as EVAL runs it.
+func (s script) evalSource() string {
+	return evalHead + luaPrelude + s.defs + "\nbegin(KEYS_, ARGV_)\n" + s.body
+}
 
 // luaWide defines exact products of integers below 2^52 as four limbs of
 // 26 bits, low first, and their comparison.

@@ -17,7 +17,7 @@ import (
 func evalHelpers(t *testing.T, c *goredis.Client, now int64, defs, body string, args ...any) []any {
 	t.Helper()
 	all := append([]any{"t", strconv.FormatInt(now, 10), 0, 0, 0}, args...)
-	v, err := c.Eval(bg, luaPrelude+defs+body, []string{"rltest:lua"}, all...).Slice()
+	v, err := c.Eval(bg, evalHead+luaPrelude+"\nbegin(KEYS_, ARGV_)\n"+defs+body, []string{"rltest:lua"}, all...).Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ return out`, args...)
 	// already, if and only if the server's clock has reached that.
 	rs := []int64{1, 999_999, 1_000_000, 1_000_001, 2_999_999_999, 3_000_000_000, lim - 1, 3_024_000_000_000_000}
 	for _, r := range rs {
-		v, err := c.Eval(bg, luaPrelude+`
+		v, err := c.Eval(bg, evalHead+luaPrelude+"\nbegin(KEYS_, ARGV_)\n"+`
 redis.call('SET', key, 'x')
 expire(key, tonumber(ARGV[6]))
 local t = redis.call('TIME')
@@ -85,7 +85,7 @@ return {now_s, now_ns, redis.call('PEXPIRETIME', key), tonumber(t[1]) * 1000 + m
 	// On a test's clock: PEXPIRE the whole milliseconds of r plus one,
 	// plus the pad, from the server's time (its whole millisecond).
 	for _, r := range rs {
-		v, err := c.Eval(bg, luaPrelude+`
+		v, err := c.Eval(bg, evalHead+luaPrelude+"\nbegin(KEYS_, ARGV_)\n"+`
 redis.call('SET', key, 'x')
 expire(key, tonumber(ARGV[6]))
 local t = redis.call('TIME')

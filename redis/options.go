@@ -2,6 +2,7 @@ package redis
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
@@ -14,14 +15,22 @@ type FailurePolicy int
 
 const (
 	// FailLocal answers from an in-memory limiter of the same kind and
-	// parameters, kept by each limiter instance: while Redis is down, each
-	// service instance enforces the limit on its own, so the total across
-	// n instances is up to n times the limit. It is the default: neither
-	// unlimited nor an outage.
+	// parameters, kept by each limiter instance, which also records what
+	// Redis booked for this instance: while Redis is down, each service
+	// instance enforces the limit on its own, starting from what it has
+	// consumed, so one instance never gets more than the limit across the
+	// failure and n instances together up to n times the limit. For as
+	// long as a key takes to come to rest after a failure, AllowN allows
+	// only what Redis and the local limiter both allow (Redis may have
+	// come back without its state). It is the default: neither unlimited
+	// nor an outage.
 	FailLocal FailurePolicy = iota
-	// FailOpen allows every request while Redis is down.
+	// FailOpen allows every request while Redis is down, answering as for
+	// a key without history (Remaining Limit-n, no delays).
 	FailOpen
-	// FailClosed refuses every request while Redis is down.
+	// FailClosed refuses every request while Redis is down: AllowN,
+	// Reserve and WaitN return an error matching ErrUnavailable, Allow
+	// false.
 	FailClosed
 )
 
@@ -87,6 +96,11 @@ func newConfig(opts []Option) (config, error) {
 		return c, fmt.Errorf("%w: nil clock", ratelimit.ErrInvalidOption)
 	case c.denyKeys < 0:
 		return c, fmt.Errorf("%w: deny-cache size must not be negative, got %d", ratelimit.ErrInvalidOption, c.denyKeys)
+	case strings.ContainsAny(c.prefix, "{}"):
+		// Redis Cluster hashes the first {…} of a key: braces in the
+		// prefix would put every key in one slot ("tenant{42}:"), or
+		// split one decision's keys over slots ("x{}:"), failing it.
+		return c, fmt.Errorf("%w: prefix %q holds a brace, which would take over the keys' Redis Cluster hash tag", ratelimit.ErrInvalidOption, c.prefix)
 	case c.poll <= 0:
 		return c, fmt.Errorf("%w: poll interval must be positive, got %v", ratelimit.ErrInvalidOption, c.poll)
 	}
@@ -96,7 +110,10 @@ func newConfig(opts []Option) (config, error) {
 // WithPrefix sets the prefix of every Redis key the limiter writes
 // (default "ratelimit:"). Limiters with different parameters must not share
 // a prefix: they would read each other's state. Keys of different
-// algorithms never collide, as each algorithm adds its own suffix.
+// algorithms never collide, as each algorithm adds its own suffix. The
+// prefix must not hold '{' or '}': the key's hash tag follows it (see the
+// package doc), and the constructors refuse such a prefix with an error
+// matching ratelimit.ErrInvalidOption.
 func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
 // WithTimeout bounds each call to Redis (default 100 ms); past it the
@@ -109,8 +126,10 @@ func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = 
 func WithFailurePolicy(p FailurePolicy) Option { return func(c *config) { c.policy = p } }
 
 // WithOnError sets a function called with the key and the error each time
-// a call to Redis fails and the failure policy answers instead; the error
-// matches ErrUnavailable and wraps the cause. It is for logging and
+// a call to Redis fails and the failure policy answers instead (the error
+// matches ErrUnavailable and wraps the cause), and each time a key held a
+// value the limiter could not have written and was started afresh
+// (ErrCorruptState; the decision is then Redis's). It is for logging and
 // metrics: it runs on the caller's goroutine and must not block. Keys may
 // be personal data (client IPs): take care what you log.
 func WithOnError(f func(key string, err error)) Option { return func(c *config) { c.onError = f } }

@@ -24,10 +24,26 @@ import (
 // by TestMain. Without a redis-server binary the tests skip, unless
 // RATELIMIT_REQUIRE_REDIS=1 (set by CI), which makes that a failure.
 
+// skipNotice is the line TestMain prints when the Redis tests will skip.
+// It ends with the testing package's own "no tests to run" warning, which
+// go test turns into " [no tests to run]" on the package's ok line: in
+// package list mode (go test ./...) the output of a passing package is not
+// shown, and that mark is the one way a skip stays visible there.
+const skipNotice = "redis: no redis-server in PATH and RATELIMIT_REDIS_ADDR unset: the Redis tests skip " +
+	"(install redis-server or set RATELIMIT_REDIS_ADDR to run them; RATELIMIT_REQUIRE_REDIS=1 makes this a failure)\n" +
+	"testing: warning: no tests to run\n"
+
 func TestMain(m *testing.M) {
 	// The failure tests stop Redis on purpose: keep go-redis's reports of
 	// failed dials out of the test output.
 	goredis.SetLogger(quietLogger{})
+	if !redisAvailable() {
+		if os.Getenv("RATELIMIT_REQUIRE_REDIS") == "1" {
+			fmt.Fprintln(os.Stderr, "redis: RATELIMIT_REQUIRE_REDIS=1 but no redis-server in PATH and RATELIMIT_REDIS_ADDR unset")
+		} else {
+			fmt.Fprint(os.Stderr, skipNotice)
+		}
+	}
 	code := m.Run()
 	shared.mu.Lock()
 	if shared.srv != nil {
@@ -35,6 +51,15 @@ func TestMain(m *testing.M) {
 	}
 	shared.mu.Unlock()
 	os.Exit(code)
+}
+
+// redisAvailable reports whether the tests have a Redis to run against.
+func redisAvailable() bool {
+	if os.Getenv("RATELIMIT_REDIS_ADDR") != "" {
+		return true
+	}
+	_, err := exec.LookPath("redis-server")
+	return err == nil
 }
 
 type quietLogger struct{}
@@ -206,7 +231,22 @@ func (s *testServer) restart(t testing.TB) {
 
 // pause stops the server process (SIGSTOP): connections stay open and
 // nothing answers, as with a server that hangs. resume continues it.
-func (s *testServer) pause()  { s.cmd.Process.Signal(syscall.SIGSTOP) }
+func (s *testServer) pause() {
+	s.cmd.Process.Signal(syscall.SIGSTOP)
+	// The signal is delivered asynchronously: wait (up to a second) until
+	// the process is seen stopped, so that no request sent after pause is
+	// answered. Where /proc cannot tell, go on at once.
+	stat := "/proc/" + strconv.Itoa(s.cmd.Process.Pid) + "/stat"
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			return
+		}
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't') {
+			return
+		}
+	}
+}
 func (s *testServer) resume() { s.cmd.Process.Signal(syscall.SIGCONT) }
 
 // newClient returns a client of addr closed at the test's end.

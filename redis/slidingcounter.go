@@ -46,7 +46,7 @@ func NewSlidingWindowCounter(client Client, rate ratelimit.Rate, opts ...Option)
 	if err != nil {
 		return nil, err
 	}
-	a := &windowAlgo{limit: rate.N, window: int64(rate.Period), horizon: int64(horizon), aligned: true}
+	a := newWindowAlgo(rate.N, int64(rate.Period), int64(horizon), true)
 	l, err := newLimiter(client, swcScript, []string{":swc"}, int(rate.N), a, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
 		return ratelimit.NewSlidingWindowCounter(rate, o...)
 	})
@@ -59,6 +59,7 @@ func NewSlidingWindowCounter(client Client, rate ratelimit.Rate, opts ...Option)
 // luaSWCMath defines the counter's quotients over W and L: earliest and
 // remaining (the core's swcAlgo methods of those names).
 const luaSWCMath = luaWide + `
+local W, L
 -- earliest: the least e >= e0 with prev*(W-e) + count*W <= L*W; W if none
 -- below W. With k = floor((L-count)*W / prev), that is max(e0, W-k).
 local function earliest(prev, count, e0)
@@ -83,34 +84,52 @@ end
 `
 
 // swcScript mirrors the core's swcAlgo.step and unstep; st is the key's
-// window start relative to now, so now lies e = -st into it.
-const swcScript = `
-local W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[9])
-` + luaAlign + luaSWCMath + `
+// window start relative to now, so now lies e = -st into it. Its replies
+// are the fixed window's. A value the script could not have written (a
+// window start off the epoch's boundaries or further ahead than a booking
+// goes, counts above L) is corrupt: the key starts afresh.
+var swcScript = script{name: "swc", defs: luaSWCMath + `
+local hz, st, prev, cur, v
+local F10SWC = F10 .. '(%d+) (%d+)$'
+` + luaAlign + `
 -- rest: when a key in window s with these counts is at rest.
-local function rest(s, prev, cur)
-  if cur > 0 then return s + 2 * W end
-  if prev > 0 then return s + W end
+local function rest(s, p, c)
+  if c > 0 then return s + 2 * W end
+  if p > 0 then return s + W end
   return s
 end
-
-local st, prev, cur
-local v = redis.call('GET', key)
-if v then
-  local a, b, c = string.match(v, '^(%-?%d+) (%d+) (%d+)$')
-  if a then st, prev, cur = rel(a), tonumber(b), tonumber(c) else v = nil end
-end
-
 local function put(s, p, c)
   local r = rest(s, p, c)
   if r <= 0 then
     if v then redis.call('DEL', key) end
     return
   end
-  put_until(key, abs(s) .. ' ' .. p .. ' ' .. c, r)
+  put_with(key, s, '%d%09d %d %d', '%d %d', p, c, r)
 end
+`, body: `
+W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[9])
+aligned = nil
+st, prev, cur = nil, nil, nil
+local corrupt
+v, corrupt = get(key)
+if v then
+  local a, b, c, d = string.match(v, F10SWC)
+  if a then
+    st, prev, cur, a = relsn(tonumber(a), tonumber(b)), tonumber(c), tonumber(d), true
+  else
+    a, b, c = string.match(v, '^(%-?%d+) (%d+) (%d+)$')
+    if a then st, prev, cur = rel(a), tonumber(b), tonumber(c) end
+  end
+  if not a or prev > L or cur > L or st > hz + SKEW or
+      (-st < 2 * W and (st - align()) % W ~= 0) then
+    corrupt, st = true, nil
+  end
+end
+local status = 0
+if corrupt then status, v = 2, true end
 
 if op == 'u' then
+  if corrupt then redis.call('DEL', key); return 2 end
   local act = rel(ARGV[5])
   if not v or act < 0 then return 0 end
   if st <= act and act < st + W then
@@ -124,14 +143,14 @@ if op == 'u' then
 end
 
 -- The window and counts as seen at now.
-if not v or -st >= 2 * W then
+if not st or -st >= 2 * W then
   st, prev, cur = align(), 0, 0
 elseif -st >= W then
   st, prev, cur = st + W, cur, 0
 end
-
 if n == 0 then
-  return {1, 1, remaining(st, prev, cur), 0, 0, math.max(rest(st, prev, cur), 0), 0, abs(0)}
+  if corrupt then redis.call('DEL', key) end
+  return {status + 1, 1, remaining(st, prev, cur), 0, 0, math.max(rest(st, prev, cur), 0)}
 end
 local e0 = math.max(-st, 0)
 local ns, np, nc, act
@@ -150,10 +169,14 @@ end
 local maxwait = tonumber(ARGV[5])
 if maxwait < 0 or maxwait > hz then maxwait = hz end
 if act > maxwait then
-  return {0, 0, remaining(st, prev, cur), 0, act, math.max(rest(st, prev, cur), 0), act, abs(act)}
+  if corrupt then redis.call('DEL', key) end
+  return {status, 0, remaining(st, prev, cur), 0, act, math.max(rest(st, prev, cur), 0)}
 end
 put(ns, np, nc)
 local allowed, rem = 0, 0
 if act == 0 then allowed, rem = 1, remaining(ns, np, nc) end
-return {1, allowed, rem, 0, act, math.max(rest(ns, np, nc), 0), act, abs(act)}
-`
+if op == 'r' then
+  return {status + 1, allowed, rem, 0, act, math.max(rest(ns, np, nc), 0), abs(act)}
+end
+return {status + 1, allowed, rem, 0, act, math.max(rest(ns, np, nc), 0)}
+`}

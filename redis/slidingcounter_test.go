@@ -76,7 +76,7 @@ func TestLuaCounterMath(t *testing.T) {
 		for _, r := range rs {
 			args = append(args, r.s, r.prev, r.cur)
 		}
-		v := evalHelpers(t, c, 0, "local W, L = tonumber(ARGV[6]), tonumber(ARGV[7])\n"+luaSWCMath, `
+		v := evalHelpers(t, c, 0, luaSWCMath+"W, L = tonumber(ARGV[6]), tonumber(ARGV[7])\n", `
 local out, m = {}, tonumber(ARGV[8])
 local i = 9
 for _ = 1, m do

@@ -16,9 +16,10 @@ import (
 // its logged events, oldest first, as decimal Unix nanoseconds (one entry
 // per event: memory O(L) per key, about 20 bytes an event), and the
 // instant before which nothing conforms (the newest instant dropped from
-// the log plus W). A decision reads O(log L) entries of the list; both keys
-// expire at most 2 ms after the key is at rest (every instant has left the
-// window).
+// the log plus W). A decision reads the first 16 entries of the list at
+// once (all of a short log), and O(log L) more of a long one; the log
+// expires at most 2 ms after the key is at rest (every instant has left
+// the window), the floor, written only when it moves, once it has passed.
 //
 // Limits beyond the in-memory type's: W at most 35 days, and bookings
 // (Reserve, Wait) at most 30 days ahead; a later booking is refused (the
@@ -51,7 +52,7 @@ func NewSlidingLog(client Client, rate ratelimit.Rate, opts ...Option) (*Sliding
 	if err != nil {
 		return nil, err
 	}
-	a := &windowAlgo{limit: rate.N, window: int64(rate.Period), horizon: int64(horizon)}
+	a := newWindowAlgo(rate.N, int64(rate.Period), int64(horizon), false)
 	l, err := newLimiter(client, slScript, []string{":sl", ":slf"}, int(rate.N), a, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
 		return ratelimit.NewSlidingLog(rate, o...)
 	})
@@ -62,18 +63,22 @@ func NewSlidingLog(client Client, rate ratelimit.Rate, opts ...Option) (*Sliding
 }
 
 // slScript mirrors the core's slAlgo.step and unstep. KEYS[1] is the log,
-// KEYS[2] the floor; instants are relative to now.
-const slScript = `
-local W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local fkey = KEYS[2]
+// KEYS[2] the floor; instants are relative to now. Its replies are the
+// fixed window's; the cancel token is the booked instant. A log or floor
+// the script could not have written (of another type, more than L
+// entries, its newest entry or the floor further ahead than a booking
+// goes) is corrupt: the key starts afresh.
+var slScript = script{name: "sl", defs: `
+local W, L, hz, fkey, N, floor, floor0, newest, head, hoff
 local NONE = -2 * FAR -- no floor yet
-
-local N = redis.call('LLEN', key)
-local floor = NONE
-local fv = redis.call('GET', fkey)
-if fv then floor = rel(fv) end
-
-local function at(i) return rel(redis.call('LINDEX', key, i)) end
+local HEAD = 16 -- entries read at once from the start of the log
+-- at returns the log's i-th instant (0 the oldest), from the entries read
+-- at the start of the call where it can.
+local function at(i)
+  local j = i + hoff
+  if j < #head then return head[j + 1] end
+  return rel(redis.call('LINDEX', key, i))
+end
 -- after returns the index of the oldest instant later than t; N if none.
 local function after(t)
   local lo, hi = 0, N
@@ -83,9 +88,6 @@ local function after(t)
   end
   return lo
 end
-local newest = NONE
-if N > 0 then newest = at(N - 1) end
-
 local function remaining(from)
   if from > 0 then return 0 end
   return L - (N - after(-W))
@@ -96,7 +98,9 @@ local function reset()
   if t <= 0 then return 0 end
   return t
 end
--- store sets both keys to expire when the log is at rest, or deletes them.
+-- store sets the log to expire when it is at rest, or deletes both keys
+-- then; the floor is written only when it moved, to expire once passed
+-- (a floor in the past counts for nothing).
 local function store()
   local r = reset()
   if r == 0 then
@@ -104,7 +108,7 @@ local function store()
     return
   end
   if N > 0 then expire(key, r) end
-  if floor > NONE then put_until(fkey, abs(floor), r) end
+  if floor > floor0 and floor > 0 then put_until(fkey, abs(floor), floor) end
 end
 -- drop removes the k oldest instants and raises floor to when the newest
 -- of them leaves the window.
@@ -113,14 +117,62 @@ local function drop(k)
   floor = math.max(floor, at(k - 1) + W)
   redis.call('LTRIM', key, k, -1)
   N = N - k
+  hoff = hoff + k
 end
+-- load reads the start of the log (all of it, if short), its length and
+-- newest instant, and the floor; it reports false if they are not what
+-- the script writes: of another type, more than L instants, text, or
+-- further ahead than a booking goes.
+local function load()
+  head, hoff = redis.pcall('LRANGE', key, 0, HEAD - 1), 0
+  if head.err then return false end
+  for i = 1, #head do
+    if not string.match(head[i], '^%-?%d+$') then return false end
+    head[i] = rel(head[i])
+  end
+  N = #head
+  if N == HEAD then N = redis.call('LLEN', key) end
+  if N > L then return false end
+  newest = NONE
+  if N > 0 then
+    if N <= HEAD then
+      newest = head[N]
+    else
+      local e = redis.call('LINDEX', key, -1)
+      if not string.match(e, '^%-?%d+$') then return false end
+      newest = rel(e)
+    end
+    if newest > hz + SKEW then return false end
+  end
+  local fv, wrong = get(fkey)
+  if wrong then return false end
+  floor = NONE
+  if fv then
+    if not string.match(fv, '^%-?%d+$') then return false end
+    floor = rel(fv)
+    if floor > hz + W + SKEW then return false end
+  end
+  floor0 = floor
+  return true
+end
+`, body: `
+W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+fkey = KEYS[2]
+local corrupt = false
+if not load() then
+  redis.call('DEL', key, fkey)
+  corrupt, N, head, hoff, newest, floor, floor0 = true, 0, {}, 0, NONE, NONE, NONE
+end
+local status = 0
+if corrupt then status = 2 end
 
 if op == 'u' then
+  if corrupt then return 2 end
   local act = rel(ARGV[5])
   if act < 0 or N == 0 then return 0 end
   local m = redis.call('LREM', key, -n, ARGV[5])
   if m == 0 then return 0 end
-  N = N - m
+  N, head, hoff = N - m, {}, 0
   newest = NONE
   if N > 0 then newest = at(N - 1) end
   store()
@@ -128,14 +180,14 @@ if op == 'u' then
 end
 
 local from = math.max(0, floor, newest)
-if n == 0 then return {1, 1, remaining(from), 0, 0, reset(), 0, abs(0)} end
+if n == 0 then return {status + 1, 1, remaining(from), 0, 0, reset()} end
 local act = from
 local j = N - (L - n) - 1
 if j >= 0 then act = math.max(act, at(j) + W) end
 local maxwait = tonumber(ARGV[5])
 if maxwait < 0 or maxwait > hz then maxwait = hz end
 if act > maxwait then
-  return {0, 0, remaining(from), 0, act, reset(), act, abs(act)}
+  return {status, 0, remaining(from), 0, act, reset()}
 end
 drop(after(-W))
 if N + n - L > 0 then drop(N + n - L) end
@@ -153,5 +205,8 @@ newest = act
 store()
 local allowed, rem = 0, 0
 if act == 0 then allowed, rem = 1, L - N end
-return {1, allowed, rem, 0, act, act + W, act, a}
-`
+if op == 'r' then
+  return {status + 1, allowed, rem, 0, act, act + W, a}
+end
+return {status + 1, allowed, rem, 0, act, act + W}
+`}

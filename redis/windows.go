@@ -3,6 +3,7 @@ package redis
 import (
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
@@ -38,13 +39,16 @@ func windowStart(t, w int64) int64 {
 // local clock's skew plus up to W), is exact, and so is d + ⌊-d/W⌋·W once
 // corrected by one W for the rounding of the division.
 const luaAlign = `
+local aligned -- align()'s answer in this call; the body sets it to nil
 local function align()
+  if aligned then return aligned end
   local d = rel(ARGV[8])
   if d <= -8000000000000000 or d >= 8000000000000000 then
     error('ratelimit: the local clock is too far off the server clock')
   end
   local st = d + math.floor(-d / W) * W
   if st > 0 then st = st - W elseif st <= -W then st = st + W end
+  aligned = st
   return st
 end
 `
@@ -56,14 +60,39 @@ end
 type windowAlgo struct {
 	limit, window, horizon int64
 	aligned                bool
+	boxed                  struct{ window, limit, horizon any } // boxed once
+	last                   atomic.Pointer[anchorArg]
+}
+
+func newWindowAlgo(limit, window, horizon int64, aligned bool) *windowAlgo {
+	a := &windowAlgo{limit: limit, window: window, horizon: horizon, aligned: aligned}
+	a.boxed.window, a.boxed.limit, a.boxed.horizon = window, limit, horizon
+	return a
 }
 
 func (a *windowAlgo) args(dst []any, _, local int64) []any {
-	dst = append(dst, a.window, a.limit)
+	dst = append(dst, a.boxed.window, a.boxed.limit)
 	if a.aligned {
-		dst = append(dst, strconv.FormatInt(windowStart(local, a.window), 10))
+		dst = append(dst, a.anchor(local))
 	}
-	return append(dst, a.horizon)
+	return append(dst, a.boxed.horizon)
+}
+
+// anchor returns the start of the window holding local, as the script's
+// argument: boxed once per window, not at each call.
+func (a *windowAlgo) anchor(local int64) any {
+	st := windowStart(local, a.window)
+	if c := a.last.Load(); c != nil && c.start == st {
+		return c.boxed
+	}
+	c := &anchorArg{start: st, boxed: strconv.FormatInt(st, 10)}
+	a.last.Store(c)
+	return c.boxed
+}
+
+type anchorArg struct {
+	start int64
+	boxed any
 }
 
 func (a *windowAlgo) decision(r *reply, _ int64) ratelimit.Decision {
@@ -75,3 +104,10 @@ func (a *windowAlgo) decision(r *reply, _ int64) ratelimit.Decision {
 		ResetAfter: time.Duration(r.reset),
 	}
 }
+
+// span is two windows: the sliding window counter's previous window weighs
+// for one more window; the others come to rest within one.
+func (a *windowAlgo) span() int64 { return 2 * a.window }
+
+// period is the rate's period.
+func (a *windowAlgo) period() int64 { return a.window }

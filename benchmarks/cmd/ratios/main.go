@@ -12,8 +12,11 @@
 // With no file it reads standard input. Benchmark names are expected in
 // the module's form, Benchmark<Group>/<key>=<value>/..., where impl=<name>
 // names the implementation; every other part names the scenario. A
-// trailing -N (GOMAXPROCS) is ignored. With -count > 1 each figure is the
-// median of its samples.
+// trailing -N (GOMAXPROCS) is ignored, except in the Contended group,
+// which runs at several -cpu values: there it becomes part of the scenario
+// as procs=N (no suffix meaning 1). With -count > 1 each figure is the
+// median of its samples; the contended rows also give the spread of their
+// samples, max/min.
 package main
 
 import (
@@ -129,13 +132,21 @@ func (r *results) parse(in io.Reader) error {
 	return sc.Err()
 }
 
+// procsGroups are the groups run at several -cpu values, whose GOMAXPROCS
+// is part of the scenario.
+var procsGroups = []string{"Contended"}
+
 // parseName splits a benchmark name into its scenario and implementation.
 func parseName(name string) key {
 	name = strings.TrimPrefix(name, "Benchmark")
+	procs := 1 // go test omits the suffix at GOMAXPROCS 1
 	if i := strings.LastIndexByte(name, '-'); i >= 0 {
-		if _, err := strconv.Atoi(name[i+1:]); err == nil {
-			name = name[:i]
+		if n, err := strconv.Atoi(name[i+1:]); err == nil {
+			name, procs = name[:i], n
 		}
+	}
+	if slices.Contains(procsGroups, group(name)) {
+		name += "/procs=" + strconv.Itoa(procs)
 	}
 	var k key
 	parts := strings.Split(name, "/")
@@ -158,6 +169,16 @@ func (r *results) get(scenario, impl, unit string) (float64, bool) {
 		return 0, false
 	}
 	return median(vs), true
+}
+
+// spread returns max/min of the samples of unit for scenario and impl,
+// and how many there are.
+func (r *results) spread(scenario, impl, unit string) (float64, int) {
+	vs := r.samples[key{scenario, impl}][unit]
+	if len(vs) == 0 || slices.Min(vs) <= 0 {
+		return 0, len(vs)
+	}
+	return slices.Max(vs) / slices.Min(vs), len(vs)
 }
 
 func median(vs []float64) float64 {
@@ -189,6 +210,12 @@ func group(scenario string) string {
 	return g
 }
 
+// inGroup reports whether scenario belongs to g, a group or a group with
+// the leading parts of its scenarios ("Contended/op=bulkhead").
+func inGroup(scenario, g string) bool {
+	return scenario == g || strings.HasPrefix(scenario, g+"/")
+}
+
 // label makes a scenario readable in a table cell.
 func label(scenario string) string {
 	return strings.ReplaceAll(scenario, "/", " ")
@@ -207,13 +234,13 @@ func report(w io.Writer, r *results, targets bool) {
 	}
 }
 
-// implsIn returns the implementations that ran in scenarios of the groups,
-// in order of first appearance.
+// implsIn returns the implementations that ran in scenarios of the groups
+// (see inGroup), in order of first appearance.
 func (r *results) implsIn(groups ...string) []string {
 	var out []string
 	for _, im := range r.impls {
 		for _, k := range r.order {
-			if k.impl == im && slices.Contains(groups, group(k.scenario)) {
+			if k.impl == im && slices.ContainsFunc(groups, func(g string) bool { return inGroup(k.scenario, g) }) {
 				out = append(out, im)
 				break
 			}
@@ -222,11 +249,17 @@ func (r *results) implsIn(groups ...string) []string {
 	return out
 }
 
-// timeGroups are the timed scenario groups, one table each.
-var timeGroups = []struct{ group, title string }{
-	{"OneKey", "One key"},
-	{"Keys", "Many keys, allow path"},
-	{"Bulkhead", "Bulkhead, TryAcquire+Release"},
+// timeGroups are the timed scenario groups, one table each. Those with
+// spread give each cell's max/min over its samples too.
+var timeGroups = []struct {
+	group, title string
+	spread       bool
+}{
+	{"OneKey", "One key", false},
+	{"Keys", "Many keys, allow path", false},
+	{"Bulkhead", "Bulkhead, TryAcquire+Release", false},
+	{"Contended/op=tokenbucket", "Contended: one key (token bucket, allow path) from GOMAXPROCS goroutines", true},
+	{"Contended/op=bulkhead", "Contended: one bulkhead, TryAcquire+Release from GOMAXPROCS goroutines", true},
 }
 
 func reportTime(w io.Writer, r *results) {
@@ -235,22 +268,26 @@ func reportTime(w io.Writer, r *results) {
 		if len(impls) == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "%s: time per call as a ratio to the baseline in the same run (median ns/op in brackets; allocs/op when not 0):\n\n", g.title)
+		spread := ""
+		if g.spread {
+			spread = ", then the spread of the samples, max/min"
+		}
+		fmt.Fprintf(w, "%s: time per call as a ratio to the baseline in the same run (median ns/op in brackets%s; allocs/op when not 0):\n\n", g.title, spread)
 		fmt.Fprintf(w, "| scenario | baseline |")
 		for _, im := range impls {
 			fmt.Fprintf(w, " %s |", im)
 		}
 		fmt.Fprintf(w, "\n|---|---|%s\n", strings.Repeat("---|", len(impls)))
 		for _, sc := range r.scenarios {
-			if group(sc) == g.group {
-				timeRow(w, r, sc, impls)
+			if inGroup(sc, g.group) {
+				timeRow(w, r, sc, impls, g.spread)
 			}
 		}
 		fmt.Fprintln(w)
 	}
 }
 
-func timeRow(w io.Writer, r *results, sc string, impls []string) {
+func timeRow(w io.Writer, r *results, sc string, impls []string, spread bool) {
 	bname, bns, hasBase := r.baseline(sc, "ns/op")
 	if hasBase {
 		fmt.Fprintf(w, "| %s | %s %s ns |", label(sc), bname, num(bns))
@@ -259,14 +296,23 @@ func timeRow(w io.Writer, r *results, sc string, impls []string) {
 	}
 	for _, im := range impls {
 		ns, ok := r.get(sc, im, "ns/op")
-		switch {
-		case !ok:
+		if !ok {
 			fmt.Fprintf(w, " |")
 			continue
-		case hasBase:
-			fmt.Fprintf(w, " %.2f× (%s)", ns/bns, num(ns))
-		default:
+		}
+		var brackets []string
+		if hasBase {
+			fmt.Fprintf(w, " %.2f×", ns/bns)
+			brackets = append(brackets, num(ns))
+		} else {
 			fmt.Fprintf(w, " %s ns", num(ns))
+		}
+		if spread {
+			sp, n := r.spread(sc, im, "ns/op")
+			brackets = append(brackets, fmt.Sprintf("×%.2f over %d", sp, n))
+		}
+		if len(brackets) > 0 {
+			fmt.Fprintf(w, " (%s)", strings.Join(brackets, "; "))
 		}
 		if a, ok := r.get(sc, im, "allocs/op"); ok && a > 0 {
 			fmt.Fprintf(w, " %s allocs", strconv.FormatFloat(a, 'f', -1, 64))

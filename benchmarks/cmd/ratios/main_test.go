@@ -22,6 +22,17 @@ BenchmarkKeys/keys=10k/impl=sethvargo/run=serial-2              	1000000	       
 BenchmarkMemory/keys=1M/impl=ours-tokenbucket-2  	1	       100.0 B/key	         0.5 idle-%	         0.5 idle-B/key	      2000 ns/key
 BenchmarkMemory/keys=1M/impl=xrate-map-2         	1	       150.0 B/key	       100.0 idle-%	       150.0 idle-B/key	      4000 ns/key
 BenchmarkMemory/keys=1M/impl=ulule-2             	1	       190.0 B/key	      4500 ns/key
+BenchmarkContended/op=tokenbucket/impl=ours-tokenbucket     	1000000	        40.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkContended/op=tokenbucket/impl=ours-tokenbucket     	1000000	        44.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkContended/op=tokenbucket/impl=ours-tokenbucket-2   	1000000	        50.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkContended/op=tokenbucket/impl=ours-tokenbucket-2   	1000000	       120.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkContended/op=tokenbucket/impl=ours-tokenbucket-2   	1000000	        60.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkContended/op=tokenbucket/impl=xrate                	1000000	        80.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkContended/op=tokenbucket/impl=xrate-2              	1000000	       100.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkContended/op=tokenbucket/impl=mutex-tokenbucket    	1000000	        50.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkContended/op=tokenbucket/impl=mutex-tokenbucket-2  	1000000	        55.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkContended/op=bulkhead/impl=ours-bulkhead-2         	1000000	        12.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkContended/op=bulkhead/impl=xsync-semaphore-2       	1000000	        15.00 ns/op	       0 B/op	       0 allocs/op
 PASS
 `
 
@@ -34,6 +45,9 @@ func TestParseName(t *testing.T) {
 		{"BenchmarkKeys/keys=1M/impl=ours-tokenbucket/run=parallel", key{"Keys/keys=1M/run=parallel", "ours-tokenbucket"}},
 		{"BenchmarkFloor/op=time.Now-16", key{"Floor/op=time.Now", ""}},
 		{"BenchmarkMemory/keys=1M/impl=xrate-map-2", key{"Memory/keys=1M", "xrate-map"}},
+		// The contended rows keep their GOMAXPROCS; none means 1.
+		{"BenchmarkContended/op=tokenbucket/impl=xrate-8", key{"Contended/op=tokenbucket/procs=8", "xrate"}},
+		{"BenchmarkContended/op=bulkhead/impl=ours-bulkhead", key{"Contended/op=bulkhead/procs=1", "ours-bulkhead"}},
 	} {
 		if got := parseName(c.in); got != c.want {
 			t.Errorf("parseName(%q) = %+v, want %+v", c.in, got, c.want)
@@ -73,6 +87,15 @@ func TestReport(t *testing.T) {
 		"| ours-tokenbucket: 0 allocs/op in every one-key and keyed run | 0 | met |",
 		"| ours-tokenbucket: ≤ 64 B per key after 1M keys | 100 B/key | **missed** |",
 		"| ours-tokenbucket: memory comes back after keys go idle (≤ 10% of the flood still held) | 0.5% still held | met |",
+		// Contended rows: a ratio, the median and the spread of the samples.
+		"| Contended op=tokenbucket procs=1 | xrate 80.0 ns | 0.53× (42.0; ×1.10 over 2) | 1.00× (80.0; ×1.00 over 1) | 0.62× (50.0; ×1.00 over 1) |",
+		"| Contended op=tokenbucket procs=2 | xrate 100 ns | 0.60× (60.0; ×2.40 over 3) |",
+		"| Contended op=bulkhead procs=2 | xsync-semaphore 15.0 ns | 0.80× (12.0; ×1.00 over 1) | 1.00× (15.0; ×1.00 over 1) |",
+		"| one key, contended, procs=1: ≤ 1.0× mutex-tokenbucket | 0.84× (42.0 / 50.0 ns) | met |",
+		"| one key, contended, procs=2: ≤ 1.0× mutex-tokenbucket | 1.09× (60.0 / 55.0 ns) | **missed** |",
+		"| one key, contended, procs=1: spread of samples (max/min) ≤ 1.3 | ×1.10 over 2 samples | met |",
+		"| one key, contended, procs=2: spread of samples (max/min) ≤ 1.3 | ×2.40 over 3 samples | **missed** |",
+		"| bulkhead, contended, procs=2: faster than x/sync/semaphore | 0.80× (12.0 / 15.0 ns) | met |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q\n%s", want, out)

@@ -168,7 +168,36 @@ func (r *results) checks() []check {
 	// Bulkhead.
 	add(r.ratioCheck("bulkhead, serial: ≤ 0.6× x/sync/semaphore", "Bulkhead/run=serial", "ours-bulkhead", "", "xsync-semaphore", 0.6))
 	add(r.fasterCheck("bulkhead, parallel: faster than x/sync/semaphore", "Bulkhead/run=parallel", "ours-bulkhead", "xsync-semaphore"))
+
+	// Contended: one key and one bulkhead from every core, at each
+	// GOMAXPROCS that ran.
+	for _, sc := range r.scenarios {
+		procs, ok := strings.CutPrefix(sc, "Contended/op=tokenbucket/")
+		if !ok {
+			continue
+		}
+		add(r.ratioCheck("one key, contended, "+procs+": ≤ 1.0× mutex-tokenbucket", sc, ourTB, "", "mutex-tokenbucket", 1))
+		add(r.spreadCheck("one key, contended, "+procs+": spread of samples (max/min) ≤ 1.3", sc, ourTB, 1.3))
+	}
+	for _, sc := range r.scenarios {
+		if procs, ok := strings.CutPrefix(sc, "Contended/op=bulkhead/"); ok {
+			add(r.fasterCheck("bulkhead, contended, "+procs+": faster than x/sync/semaphore", sc, "ours-bulkhead", "xsync-semaphore"))
+		}
+	}
 	return cs
+}
+
+// spreadCheck checks that the max/min of impl's ns/op samples in scenario
+// is at most limit. One sample has no spread: the check is then not run.
+func (r *results) spreadCheck(target, scenario, impl string, limit float64) check {
+	c := check{target: target}
+	sp, n := r.spread(scenario, impl, "ns/op")
+	if n < 2 || sp == 0 {
+		return c
+	}
+	c.ran, c.met = true, sp <= limit
+	c.measured = fmt.Sprintf("×%.2f over %d samples", sp, n)
+	return c
 }
 
 func reportTargets(w io.Writer, r *results) {

@@ -1,0 +1,465 @@
+// Command redisbench measures the redis backend's limiters against
+// go-redis/redis_rate on one redis-server, interleaved so that a burst of
+// load on this shared machine falls on every implementation alike, and
+// prints the table with the targets checked.
+//
+//   - serial: ROUNDS rounds; in each, CALLS iterations call every
+//     implementation once, in a random order per iteration, on the same
+//     key index; the latency of each call is summed per implementation.
+//   - parallel, at 8 and at 64 goroutines (one connection each): in each
+//     round, BLOCK per implementation cut into SLICES blocks, alternated
+//     between the implementations in a new random order each time;
+//     decisions per second over each implementation's blocks.
+//   - server side: per implementation, CONFIG RESETSTAT, CALLS serial
+//     calls, then INFO commandstats: the script's usec_per_call and the
+//     commands Redis ran per decision; and the Go heap allocations per
+//     decision over the same calls.
+//
+// Ratios are taken round by round against redis_rate in the same round and
+// shown as the median with the spread (min-max) across rounds. The control
+// row is a second, independent instance of our token bucket (its own
+// prefix): how far it is from the first shows the harness's noise.
+//
+// Redis is RATELIMIT_REDIS_ADDR if set, else a redis-server started on a
+// free loopback port and stopped at the end.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/ratelimitkit/ratelimit"
+	rlredis "github.com/ratelimitkit/ratelimit/redis"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+var (
+	rounds = flag.Int("rounds", 5, "interleaved rounds")
+	calls  = flag.Int("calls", 2000, "serial iterations per round (each calls every implementation once)")
+	block  = flag.Duration("block", 250*time.Millisecond, "parallel time per implementation per round, at each parallelism")
+	cuts   = flag.Int("slices", 10, "blocks the parallel time is cut into, alternated between implementations")
+)
+
+type impl struct {
+	name  string
+	allow func(ctx context.Context, key string) bool
+	// script is the command INFO commandstats counts the decision under.
+	script string
+}
+
+func main() {
+	flag.Parse()
+	addr, stop := redisAddr()
+	stopRedis = stop
+	defer stop()
+	client := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 80})
+	defer client.Close()
+	ctx := context.Background()
+	if err := client.Ping(ctx).Err(); err != nil {
+		fatal("PING %s: %v", addr, err)
+	}
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+	}
+	var errs atomic.Int64
+	opts := func(name string) []rlredis.Option {
+		return []rlredis.Option{rlredis.WithPrefix("rlbench:" + run + ":" + name + ":"),
+			rlredis.WithFailurePolicy(rlredis.FailClosed), rlredis.WithTimeout(time.Second),
+			rlredis.WithOnError(func(string, error) { errs.Add(1) })}
+	}
+	must := func(l ratelimit.Limiter, err error) ratelimit.Limiter {
+		if err != nil {
+			fatal("%v", err)
+		}
+		return l
+	}
+	rate := ratelimit.PerSecond(1_000_000)
+	limiters := []struct {
+		name string
+		lim  ratelimit.Limiter
+	}{
+		{"tokenbucket", must(rlredis.NewTokenBucket(client, rate, 1000, opts("tb")...))},
+		{"tokenbucket-control", must(rlredis.NewTokenBucket(client, rate, 1000, opts("tb2")...))},
+		{"leakybucket", must(rlredis.NewLeakyBucket(client, rate, 1000, opts("lb")...))},
+		{"fixedwindow", must(rlredis.NewFixedWindow(client, rate, opts("fw")...))},
+		{"slidingcounter", must(rlredis.NewSlidingWindowCounter(client, rate, opts("swc")...))},
+		// A small log: 100 per second per key, never reached (the run
+		// sends a key some 10 to 30 a second), so logs of a few entries.
+		{"slidinglog", must(rlredis.NewSlidingLog(client, ratelimit.PerSecond(100), opts("sl")...))},
+	}
+	peer := redis_rate.NewLimiter(client)
+	limit := redis_rate.Limit{Rate: 1_000_000, Burst: 1000, Period: time.Second}
+	impls := []impl{{name: "redis_rate", script: "evalsha", allow: func(ctx context.Context, key string) bool {
+		res, err := peer.Allow(ctx, "rlbench:"+run+":rr:"+key, limit)
+		if err != nil {
+			errs.Add(1)
+			return false
+		}
+		return res.Allowed == 1
+	}}}
+	for _, l := range limiters {
+		lim := l.lim
+		impls = append(impls, impl{name: l.name, script: "fcall", allow: func(ctx context.Context, key string) bool {
+			d, err := lim.AllowN(ctx, key, 1)
+			return err == nil && d.Allowed
+		}})
+	}
+	// Warm up: load scripts and functions, open connections.
+	for _, im := range impls {
+		for i := range 200 {
+			im.allow(ctx, keys[i&1023])
+		}
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	names := make([]string, len(impls))
+	for i, im := range impls {
+		names[i] = im.name
+	}
+	serial := map[string][]float64{} // ns per decision, per round
+	par := map[int]map[string][]float64{8: {}, 64: {}}
+	usec := map[string][]float64{}   // server usec per call of the script
+	cmds := map[string][]float64{}   // commands per decision
+	allocs := map[string][]float64{} // Go heap allocations per decision
+	hot := map[string][]float64{}    // decisions/s on one key, 64 goroutines
+	order := make([]int, len(impls))
+	for i := range order {
+		order[i] = i
+	}
+	var wrong atomic.Int64
+	for r := range *rounds {
+		fmt.Fprintf(os.Stderr, "round %d of %d\n", r+1, *rounds)
+		// Serial, call by call in a random order.
+		tot := make([]time.Duration, len(impls))
+		for i := range *calls {
+			rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+			k := keys[i&1023]
+			for _, j := range order {
+				t0 := time.Now()
+				if !impls[j].allow(ctx, k) {
+					wrong.Add(1)
+				}
+				tot[j] += time.Since(t0)
+			}
+		}
+		for j, im := range impls {
+			serial[im.name] = append(serial[im.name], float64(tot[j])/float64(*calls))
+		}
+		// Parallel: alternating blocks, in a new random order each time;
+		// each implementation's figure sums its blocks of the round, so
+		// that a burst of load on the machine (longer than a block) falls
+		// on all of them alike.
+		for _, g := range []int{8, 64} {
+			sum := make([]int64, len(impls))
+			took := make([]time.Duration, len(impls))
+			for range *cuts {
+				rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+				for _, j := range order {
+					var n atomic.Int64
+					var wg sync.WaitGroup
+					deadline := time.Now().Add(*block / time.Duration(*cuts))
+					t0 := time.Now()
+					for w := range g {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							c, i := int64(0), w*7919
+							for time.Now().Before(deadline) {
+								if !impls[j].allow(ctx, keys[i&1023]) {
+									wrong.Add(1)
+								}
+								i++
+								c++
+							}
+							n.Add(c)
+						}()
+					}
+					wg.Wait()
+					sum[j] += n.Load()
+					took[j] += time.Since(t0)
+				}
+			}
+			for j, im := range impls {
+				par[g][im.name] = append(par[g][im.name], float64(sum[j])/took[j].Seconds())
+			}
+		}
+		// One hot key: every goroutine on the same key, token bucket and
+		// redis_rate in a random order: what one node sustains for it.
+		for _, j := range rng.Perm(2) {
+			im := impls[[]int{0, 1}[j]]
+			var n atomic.Int64
+			var wg sync.WaitGroup
+			deadline := time.Now().Add(*block)
+			t0 := time.Now()
+			for range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c := int64(0)
+					for time.Now().Before(deadline) {
+						if !im.allow(ctx, "hot") {
+							wrong.Add(1)
+						}
+						c++
+					}
+					n.Add(c)
+				}()
+			}
+			wg.Wait()
+			hot[im.name] = append(hot[im.name], float64(n.Load())/time.Since(t0).Seconds())
+		}
+		// Server side and allocations, one implementation at a time.
+		rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+		for _, j := range order {
+			im := impls[j]
+			if err := client.ConfigResetStat(ctx).Err(); err != nil {
+				fatal("CONFIG RESETSTAT: %v", err)
+			}
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
+			for i := range *calls {
+				im.allow(ctx, keys[i&1023])
+			}
+			runtime.ReadMemStats(&m1)
+			allocs[im.name] = append(allocs[im.name], float64(m1.Mallocs-m0.Mallocs)/float64(*calls))
+			stats := commandStats(ctx, client)
+			s := stats[im.script]
+			usec[im.name] = append(usec[im.name], s.usecPerCall)
+			var total int64
+			for name, st := range stats {
+				if !strings.HasPrefix(name, "config") && !strings.HasPrefix(name, "info") {
+					total += st.calls
+				}
+			}
+			cmds[im.name] = append(cmds[im.name], float64(total)/float64(*calls))
+		}
+	}
+	if wrong.Load() > 0 || errs.Load() > 0 {
+		fatal("%d calls off the allow path, %d errors: the figures would not be Redis decisions", wrong.Load(), errs.Load())
+	}
+	report(names, serial, par, usec, cmds, allocs)
+	hm, hlo, hhi := spread(hot["tokenbucket"])
+	pm, _, _ := spread(hot["redis_rate"])
+	rm, rlo, rhi := spread(ratios(hot["tokenbucket"], hot["redis_rate"]))
+	fmt.Printf("\nOne hot key, 64 goroutines: token bucket %.0f decisions/s (%.0f–%.0f), redis_rate %.0f; ratio %.2f× (%.2f–%.2f)\n",
+		hm, hlo, hhi, pm, rm, rlo, rhi)
+}
+
+type cmdStat struct {
+	calls       int64
+	usecPerCall float64
+}
+
+// commandStats parses INFO commandstats.
+func commandStats(ctx context.Context, c *goredis.Client) map[string]cmdStat {
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		fatal("INFO commandstats: %v", err)
+	}
+	out := map[string]cmdStat{}
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		var s cmdStat
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls":
+				s.calls, _ = strconv.ParseInt(v, 10, 64)
+			case "usec_per_call":
+				s.usecPerCall, _ = strconv.ParseFloat(v, 64)
+			}
+		}
+		out[strings.TrimPrefix(name, "cmdstat_")] = s
+	}
+	return out
+}
+
+// ratios returns, round by round, a[i]/b[i]: ours over the peer's of the
+// measure itself (for latency, below 1 is faster; for throughput, above).
+func ratios(a, b []float64) []float64 {
+	out := make([]float64, len(a))
+	for i := range a {
+		out[i] = a[i] / b[i]
+	}
+	return out
+}
+
+func spread(xs []float64) (med, lo, hi float64) {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2], s[0], s[len(s)-1]
+}
+
+func report(names []string, serial map[string][]float64, par map[int]map[string][]float64,
+	usec, cmds, allocs map[string][]float64) {
+	const base = "redis_rate"
+	fmt.Printf("\nInterleaved, %d rounds; ratios against redis_rate in the same round: median (min-max).\n", *rounds)
+	fmt.Printf("Figures: median across rounds. A shared, noisy machine: read the control row's spread as the noise.\n\n")
+	fmt.Printf("| implementation | serial ns/decision | ratio | 8 goroutines dec/s | ratio | 64 goroutines dec/s | ratio | script µs in Redis | ratio | commands/decision | allocs/decision |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	cell := func(xs []float64, bs []float64, f string) (string, string) {
+		m, _, _ := spread(xs)
+		rm, rlo, rhi := spread(ratios(xs, bs))
+		return fmt.Sprintf(f, m), fmt.Sprintf("%.2f× (%.2f–%.2f)", rm, rlo, rhi)
+	}
+	for _, n := range names {
+		s, sr := cell(serial[n], serial[base], "%.0f")
+		p8, p8r := cell(par[8][n], par[8][base], "%.0f")
+		p64, p64r := cell(par[64][n], par[64][base], "%.0f")
+		u, ur := cell(usec[n], usec[base], "%.2f")
+		c, _, _ := spread(cmds[n])
+		a, _, _ := spread(allocs[n])
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %.1f |\n", n, s, sr, p8, p8r, p64, p64r, u, ur, c, a)
+	}
+	fmt.Printf("\nNoise: the control (a second token bucket) against the first, same rounds:\n")
+	for _, m := range []struct {
+		what   string
+		xs, bs []float64
+	}{
+		{"serial latency", serial["tokenbucket-control"], serial["tokenbucket"]},
+		{"throughput at 8 goroutines", par[8]["tokenbucket-control"], par[8]["tokenbucket"]},
+		{"throughput at 64 goroutines", par[64]["tokenbucket-control"], par[64]["tokenbucket"]},
+		{"script time in Redis", usec["tokenbucket-control"], usec["tokenbucket"]},
+	} {
+		rm, lo, hi := spread(ratios(m.xs, m.bs))
+		fmt.Printf("  %-52s %.2f× (%.2f–%.2f)\n", m.what, rm, lo, hi)
+	}
+	fmt.Printf("\nTargets (median ratio; the spread says how sure):\n")
+	check := func(what string, xs, bs []float64, bound float64, atMost bool) {
+		m, lo, hi := spread(ratios(xs, bs))
+		ok := m <= bound
+		op := "≤"
+		if !atMost {
+			ok, op = m >= bound, "≥"
+		}
+		verdict := "met"
+		if !ok {
+			verdict = "MISSED"
+		}
+		fmt.Printf("  %-52s %s %.2f: %.2f× (%.2f–%.2f) %s\n", what, op, bound, m, lo, hi, verdict)
+	}
+	check("serial latency, token bucket", serial["tokenbucket"], serial[base], 1.0, true)
+	check("serial latency, leaky bucket", serial["leakybucket"], serial[base], 1.05, true)
+	check("serial latency, fixed window", serial["fixedwindow"], serial[base], 1.05, true)
+	check("serial latency, sliding window counter", serial["slidingcounter"], serial[base], 1.15, true)
+	check("serial latency, sliding log (small logs)", serial["slidinglog"], serial[base], 1.3, true)
+	check("throughput at 8 goroutines, token bucket", par[8]["tokenbucket"], par[8][base], 1.0, false)
+	check("throughput at 64 goroutines, token bucket", par[64]["tokenbucket"], par[64][base], 1.0, false)
+	check("script time in Redis, token bucket", usec["tokenbucket"], usec[base], 1.1, true)
+	for _, n := range []string{"tokenbucket", "leakybucket", "fixedwindow", "slidingcounter"} {
+		c, _, _ := spread(cmds[n])
+		verdict := "met"
+		if c > 4.0001 {
+			verdict = "MISSED"
+		}
+		fmt.Printf("  %-52s ≤ 4: %.2f %s\n", "commands per decision, "+n, c, verdict)
+	}
+	for _, n := range names[1:] {
+		a, _, _ := spread(allocs[n])
+		b, _, _ := spread(allocs[base])
+		verdict := "met"
+		if a > b+0.05 {
+			verdict = "MISSED"
+		}
+		fmt.Printf("  %-52s ≤ %.1f: %.1f %s\n", "Go allocations per decision, "+n, b, a, verdict)
+	}
+}
+
+// stopRedis stops the redis-server this run started, if any.
+var stopRedis = func() {}
+
+func fatal(f string, args ...any) {
+	fmt.Fprintf(os.Stderr, "redisbench: "+f+"\n", args...)
+	stopRedis()
+	os.Exit(1)
+}
+
+// redisAddr returns RATELIMIT_REDIS_ADDR, or starts a redis-server on a
+// free loopback port and returns its address and how to stop it.
+func redisAddr() (string, func()) {
+	if a := os.Getenv("RATELIMIT_REDIS_ADDR"); a != "" {
+		return a, func() {}
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		fatal("no redis-server in PATH (install it or set RATELIMIT_REDIS_ADDR)")
+	}
+	dir, err := os.MkdirTemp("", "redisbench-")
+	if err != nil {
+		fatal("%v", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fatal("%v", err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	// Descriptors this process inherited (such as the lock of a caller's
+	// flock) would pass on to redis-server and outlive this run: mark
+	// them close-on-exec (Go opens its own so already).
+	for fd := 3; fd < 1024; fd++ {
+		syscall.CloseOnExec(fd)
+	}
+	var out bytes.Buffer
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		fatal("%v", err)
+	}
+	stop := func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		os.RemoveAll(dir)
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if ping(addr) == nil {
+			return addr, stop
+		}
+	}
+	stop()
+	fatal("redis-server on %s did not answer PING: %s", addr, out.String())
+	return "", nil
+}
+
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("PING answered %q", line)
+	}
+	return nil
+}
