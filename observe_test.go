@@ -495,18 +495,22 @@ func TestRulesShadowKeyword(t *testing.T) {
 }
 
 // BenchmarkAllowObserved is Allow with the ready Counter set, next to the
-// same limiter without an observer, on one key and on 10,000 keys.
+// same limiter without an observer and with one that does nothing (the
+// cost of the full decision and the event alone), on one key and on
+// 10,000 keys.
 func BenchmarkAllowObserved(b *testing.B) {
 	for _, alg := range allowAlgorithms[:5] {
 		for _, keys := range []int{1, 10_000} {
-			for _, obs := range []string{"none", "counter"} {
+			for _, obs := range []string{"none", "noop", "counter"} {
 				lim, err := alg.allow()
 				if err != nil {
 					b.Fatal(err)
 				}
-				if obs == "counter" {
-					var c Counter
-					lim = observedCopy(b, alg.name, &c)
+				switch obs {
+				case "noop":
+					lim = observedCopy(b, alg.name, ObserverFunc(func(Event) {}))
+				case "counter":
+					lim = observedCopy(b, alg.name, &Counter{})
 				}
 				ks := benchKeys()[:keys]
 				for _, k := range ks {
