@@ -104,7 +104,7 @@ func (k *keyed[S, A]) Wait(ctx context.Context, key string) error {
 // WaitN blocks until n events for key may happen and records them. See
 // Limiter for what it leaves behind when it fails.
 func (k *keyed[S, A]) WaitN(ctx context.Context, key string, n int) error {
-	if k.obs == nil {
+	if k.obs == nil || ctx.Err() != nil { // a context already done decides nothing
 		return waitN(ctx, k, &k.nc, key, n, k.limit)
 	}
 	start := k.nc.now()

@@ -85,7 +85,8 @@ func (l observerList) Observe(e Event) {
 
 // WithObserver makes the limiter call o with an Event for each decision
 // taken by Allow, AllowN (n > 0; peeks are not reported), Reserve and
-// WaitN. Given more than once, every observer is called, in order. With no
+// WaitN (once, when it returns; not for a context already done). Given
+// more than once, every observer is called, in order. With no
 // observer (the default) a decision costs what it did without this option;
 // with one, Allow takes the full decision (the one AllowN takes) so that
 // the event has its Remaining and RetryAfter, and allocates nothing more
