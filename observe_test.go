@@ -582,6 +582,15 @@ func TestBulkheadObserver(t *testing.T) {
 	if ev := log.take(); len(ev) != 1 || ev[0].Allowed || ev[0].Waited != time.Second {
 		t.Fatalf("a timed-out Acquire reported %+v", ev)
 	}
+	ab, err := NewAdaptiveBulkhead(AdaptiveParams{Min: 1, Initial: 1, Max: 4}, WithBulkheadObserver(log), WithBulkheadName("adaptive"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ab.TryAcquire()
+	ab.TryAcquire()
+	if ev := log.take(); len(ev) != 2 || !ev[0].Allowed || ev[1].Allowed || ev[1].Limiter != "adaptive" {
+		t.Fatalf("adaptive bulkhead events %+v", ev)
+	}
 	kb, _ := NewKeyedBulkhead(1, WithBulkheadObserver(log))
 	kb.TryAcquire("a")
 	kb.TryAcquire("a")
