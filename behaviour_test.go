@@ -13,61 +13,8 @@ import (
 )
 
 // This file is the behaviour suite: what every algorithm shares, run over
-// the table below. Each algorithm's own semantics are pinned in its own
-// _test.go file.
-
-// testLimiter is what the suite needs of an algorithm.
-type testLimiter interface {
-	Limiter
-	Stats() Stats
-	Sweep()
-	Close() error
-}
-
-// algorithm is an entry of the suite's table.
-type algorithm struct {
-	name string
-	// new builds the algorithm so that it allows limit events at once and
-	// limit per period in the long run, on clk.
-	new func(limit int, period time.Duration, clk Clock, opts ...Option) (testLimiter, error)
-	// shaper is set for an algorithm whose Allow admits one event at a time
-	// (the LeakyBucket: an event must depart now, and the next departs 1/r
-	// later), so that its limit counts the places Reserve can book at once.
-	// Otherwise limit events are allowed at once by Allow.
-	shaper bool
-}
-
-// algorithms lists every algorithm; adding one is one entry.
-var algorithms = []algorithm{
-	{name: "TokenBucket", new: func(limit int, period time.Duration, clk Clock, opts ...Option) (testLimiter, error) {
-		return asTestLimiter(NewTokenBucket(Per(int64(limit), period), limit, withClock(clk, opts)...))
-	}},
-	{name: "LeakyBucket", shaper: true, new: func(limit int, period time.Duration, clk Clock, opts ...Option) (testLimiter, error) {
-		return asTestLimiter(NewLeakyBucket(Per(int64(limit), period), limit, withClock(clk, opts)...))
-	}},
-	{name: "FixedWindow", new: func(limit int, period time.Duration, clk Clock, opts ...Option) (testLimiter, error) {
-		return asTestLimiter(NewFixedWindow(Per(int64(limit), period), withClock(clk, opts)...))
-	}},
-	{name: "SlidingLog", new: func(limit int, period time.Duration, clk Clock, opts ...Option) (testLimiter, error) {
-		return asTestLimiter(NewSlidingLog(Per(int64(limit), period), withClock(clk, opts)...))
-	}},
-	{name: "SlidingWindowCounter", new: func(limit int, period time.Duration, clk Clock, opts ...Option) (testLimiter, error) {
-		return asTestLimiter(NewSlidingWindowCounter(Per(int64(limit), period), withClock(clk, opts)...))
-	}},
-}
-
-// asTestLimiter returns l as a testLimiter, or a nil interface (not a typed
-// nil) with the error.
-func asTestLimiter[L testLimiter](l L, err error) (testLimiter, error) {
-	if err != nil {
-		return nil, err
-	}
-	return l, nil
-}
-
-func withClock(clk Clock, opts []Option) []Option {
-	return append([]Option{WithClock(clk)}, opts...)
-}
+// the registry of algorithms (algorithms_test.go). Each algorithm's own
+// semantics are pinned in its own _test.go file.
 
 const (
 	suiteLimit  = 4

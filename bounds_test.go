@@ -24,47 +24,8 @@ import (
 // A configuration too large to represent is refused with ErrInvalidRate
 // or ErrInvalidCapacity, never accepted with the limit switched off.
 
-type boundAlg struct {
-	name  string
-	build func(rate Rate, capacity int, clk Clock) (Limiter, error)
-	// bound is the most events within elapsed ns of the first one.
-	bound func(rate Rate, limit, elapsed int64) int64
-}
-
-var boundAlgs = []boundAlg{
-	{"TokenBucket", func(r Rate, c int, clk Clock) (Limiter, error) {
-		return asLimiter(NewTokenBucket(r, c, WithClock(clk)))
-	}, bucketBound},
-	{"LeakyBucket", func(r Rate, c int, clk Clock) (Limiter, error) {
-		return asLimiter(NewLeakyBucket(r, c, WithClock(clk)))
-	}, bucketBound},
-	{"FixedWindow", func(r Rate, _ int, clk Clock) (Limiter, error) {
-		return asLimiter(NewFixedWindow(r, WithClock(clk)))
-	}, func(r Rate, l, e int64) int64 {
-		if e == 0 {
-			return l
-		}
-		return satMul(l, e/int64(r.Period)+2)
-	}},
-	{"SlidingLog", func(r Rate, _ int, clk Clock) (Limiter, error) {
-		return asLimiter(NewSlidingLog(r, WithClock(clk)))
-	}, func(r Rate, l, e int64) int64 { return satMul(l, e/int64(r.Period)+1) }},
-	{"SlidingWindowCounter", func(r Rate, _ int, clk Clock) (Limiter, error) {
-		return asLimiter(NewSlidingWindowCounter(r, WithClock(clk)))
-	}, func(r Rate, l, e int64) int64 {
-		if e == 0 {
-			return l
-		}
-		return satMul(2*l, e/int64(r.Period)+1)
-	}},
-}
-
-func asLimiter[L Limiter](l L, err error) (Limiter, error) {
-	if err != nil {
-		return nil, err
-	}
-	return l, nil
-}
+// These bounds are the bound field of each algorithm's entry in the
+// registry (algorithms_test.go).
 
 // bucketBound is C + ⌊E·N/Period⌋, saturating.
 func bucketBound(r Rate, c, e int64) int64 {
@@ -87,7 +48,7 @@ func satMul(a, b int64) int64 {
 // checkConfigBound drives lim through ops on clk from start and fails if the
 // events allowed or booked exceed the algorithm's bound. Each op is 9
 // bytes: a clock step (the low bits pick the call) and a count.
-func checkConfigBound(t *testing.T, alg boundAlg, rate Rate, lim Limiter, clk *ManualClock, ops []byte) {
+func checkConfigBound(t *testing.T, alg algorithm, rate Rate, lim Limiter, clk *ManualClock, ops []byte) {
 	t.Helper()
 	ctx := context.Background()
 	limit := int64(lim.(interface{ Limit() int }).Limit())
@@ -212,13 +173,13 @@ var extremes = []struct {
 var extremeStarts = []time.Time{suiteT0, time.Unix(0, minNanos), time.Unix(0, maxNanos)}
 
 func TestExtremeConfigurationsBoundEvents(t *testing.T) {
-	for _, alg := range boundAlgs {
+	for _, alg := range algorithms {
 		for _, c := range extremes {
 			t.Run(alg.name+"/"+c.name, func(t *testing.T) {
 				for _, start := range extremeStarts {
 					for _, ops := range [][]byte{frozen, advancing} {
 						clk := NewManualClock(start)
-						lim, err := alg.build(c.rate, c.capacity, clk)
+						lim, err := alg.build(c.rate, c.capacity, WithClock(clk))
 						if err != nil {
 							if !errors.Is(err, ErrInvalidRate) && !errors.Is(err, ErrInvalidCapacity) {
 								t.Fatalf("error %v matches neither ErrInvalidRate nor ErrInvalidCapacity", err)
@@ -284,14 +245,14 @@ func second[T any](_ T, err error) error { return err }
 // ErrInvalidCapacity or the limiter keeps its documented bound over
 // arbitrary Allow, AllowN and Reserve calls and clock moves.
 func FuzzConstructorBounds(f *testing.F) {
-	for i := range boundAlgs {
+	for i := range algorithms {
 		for _, c := range extremes {
 			f.Add(uint8(i), c.rate.N, int64(c.rate.Period), int64(c.capacity), suiteT0.UnixNano(), frozen)
 			f.Add(uint8(i), c.rate.N, int64(c.rate.Period), int64(c.capacity), int64(maxNanos), advancing)
 		}
 	}
 	f.Fuzz(func(t *testing.T, a uint8, n, period, capacity, start int64, ops []byte) {
-		alg := boundAlgs[int(a)%len(boundAlgs)]
+		alg := algorithms[int(a)%len(algorithms)]
 		rate := Rate{N: n, Period: time.Duration(period)}
 		if capacity > math.MaxInt || capacity < math.MinInt {
 			capacity = math.MaxInt
@@ -300,7 +261,7 @@ func FuzzConstructorBounds(f *testing.F) {
 			rate.N = 1 << 16 // keep the log's memory small for the fuzzer
 		}
 		clk := NewManualClock(time.Unix(0, min(max(start, minNanos), maxNanos)))
-		lim, err := alg.build(rate, int(capacity), clk)
+		lim, err := alg.build(rate, int(capacity), WithClock(clk))
 		if err != nil {
 			if !errors.Is(err, ErrInvalidRate) && !errors.Is(err, ErrInvalidCapacity) {
 				t.Fatalf("error %v matches neither ErrInvalidRate nor ErrInvalidCapacity", err)

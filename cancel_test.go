@@ -45,67 +45,76 @@ type boundCase struct {
 	check func(evs []actEvent) error
 }
 
-// boundCases lists every algorithm, with rates whose spacing is a whole
-// number of nanoseconds and rates whose spacing has a fraction.
+// boundCases lists every algorithm of the registry (algorithms_test.go),
+// the buckets with rates whose spacing is a whole number of nanoseconds and
+// rates whose spacing has a fraction, the windows with three rates.
 func boundCases() []boundCase {
 	var cs []boundCase
-	for _, p := range []struct {
-		rate     Rate
-		capacity int
-	}{
-		{PerSecond(10), 1}, // the capacity 1 of the out-of-order Cancel report
-		{Per(3, 10*time.Millisecond), 3},
-		{Per(7, 13*time.Millisecond), 5}, // 1.857142... ms apart
-		{Per(3, 10), 4},                  // 3⅓ ns apart: rounding to the nanosecond
-		{Per(10, 3), 5},                  // 0.3 ns apart: several events to a nanosecond
-	} {
-		rate, c := p.rate, p.capacity
-		unit := max(rate.Period/time.Duration(rate.N), 1)
-		cs = append(cs,
-			boundCase{
-				name:  fmt.Sprintf("TokenBucket/%v/C%d", rate, c),
-				build: func(clk Clock) (testLimiter, error) { return asTestLimiter(NewTokenBucket(rate, c, WithClock(clk))) },
-				maxN:  c, unit: unit,
-				check: func(evs []actEvent) error { return checkTokenBound(evs, rate, c) },
-			},
-			boundCase{
-				name:  fmt.Sprintf("LeakyBucket/%v/C%d", rate, c),
-				build: func(clk Clock) (testLimiter, error) { return asTestLimiter(NewLeakyBucket(rate, c, WithClock(clk))) },
-				maxN:  c, unit: unit,
-				check: func(evs []actEvent) error { return checkLeakyBound(evs, rate) },
+	for _, alg := range algorithms {
+		if alg.window != nil {
+			continue
+		}
+		for _, p := range []struct {
+			rate     Rate
+			capacity int
+		}{
+			{PerSecond(10), 1}, // the capacity 1 of the out-of-order Cancel report
+			{Per(3, 10*time.Millisecond), 3},
+			{Per(7, 13*time.Millisecond), 5}, // 1.857142... ms apart
+			{Per(3, 10), 4},                  // 3⅓ ns apart: rounding to the nanosecond
+			{Per(10, 3), 5},                  // 0.3 ns apart: several events to a nanosecond
+		} {
+			rate, c := p.rate, p.capacity
+			cs = append(cs, boundCase{
+				name:  fmt.Sprintf("%s/%v/C%d", alg.name, rate, c),
+				build: func(clk Clock) (testLimiter, error) { return alg.build(rate, c, WithClock(clk)) },
+				maxN:  c, unit: max(rate.Period/time.Duration(rate.N), 1),
+				check: alg.actBound(rate, c),
 			})
+		}
 	}
-	for _, rate := range []Rate{Per(1, 10*time.Millisecond), Per(3, 10*time.Millisecond), Per(5, 13*time.Millisecond)} {
-		limit, w := int(rate.N), int64(rate.Period)
-		unit := rate.Period / time.Duration(rate.N)
-		cs = append(cs,
-			boundCase{
-				name:  fmt.Sprintf("FixedWindow/%v", rate),
-				build: func(clk Clock) (testLimiter, error) { return asTestLimiter(NewFixedWindow(rate, WithClock(clk))) },
-				maxN:  limit, unit: unit,
-				check: func(evs []actEvent) error { return checkAlignedBound(evs, w, limit) },
-			},
-			boundCase{
-				name:  fmt.Sprintf("SlidingLog/%v", rate),
-				build: func(clk Clock) (testLimiter, error) { return asTestLimiter(NewSlidingLog(rate, WithClock(clk))) },
-				maxN:  limit, unit: unit,
-				check: func(evs []actEvent) error { return checkSlidingBound(evs, w, limit) },
-			},
-			boundCase{
-				name: fmt.Sprintf("SlidingWindowCounter/%v", rate),
-				build: func(clk Clock) (testLimiter, error) {
-					return asTestLimiter(NewSlidingWindowCounter(rate, WithClock(clk)))
-				},
-				maxN: limit, unit: unit,
-				check: func(evs []actEvent) error {
-					if err := checkAlignedBound(evs, w, limit); err != nil {
-						return err
-					}
-					return checkSlidingBound(evs, w, swcBound(limit, w))
-				},
+	for _, alg := range windowAlgorithms() {
+		for _, rate := range []Rate{Per(1, 10*time.Millisecond), Per(3, 10*time.Millisecond), Per(5, 13*time.Millisecond)} {
+			cs = append(cs, boundCase{
+				name:  fmt.Sprintf("%s/%v", alg.name, rate),
+				build: func(clk Clock) (testLimiter, error) { return alg.build(rate, 0, WithClock(clk)) },
+				maxN:  int(rate.N), unit: rate.Period / time.Duration(rate.N),
+				check: alg.actBound(rate, 0),
 			})
+		}
 	}
 	return cs
+}
+
+// The bounds on the events that act, the actBound of each entry of the
+// registry: the buckets' take the capacity, the windows' ignore it.
+
+func tokenActBound(rate Rate, c int) func([]actEvent) error {
+	return func(evs []actEvent) error { return checkTokenBound(evs, rate, c) }
+}
+
+func leakyActBound(rate Rate, _ int) func([]actEvent) error {
+	return func(evs []actEvent) error { return checkLeakyBound(evs, rate) }
+}
+
+func fixedWindowActBound(rate Rate, _ int) func([]actEvent) error {
+	limit, w := int(rate.N), int64(rate.Period)
+	return func(evs []actEvent) error { return checkAlignedBound(evs, w, limit) }
+}
+
+func slidingLogActBound(rate Rate, _ int) func([]actEvent) error {
+	limit, w := int(rate.N), int64(rate.Period)
+	return func(evs []actEvent) error { return checkSlidingBound(evs, w, limit) }
+}
+
+func slidingCounterActBound(rate Rate, _ int) func([]actEvent) error {
+	limit, w := int(rate.N), int64(rate.Period)
+	return func(evs []actEvent) error {
+		if err := checkAlignedBound(evs, w, limit); err != nil {
+			return err
+		}
+		return checkSlidingBound(evs, w, swcBound(limit, w))
+	}
 }
 
 // instants returns the acting instants of evs, one per event, in order.

@@ -386,17 +386,9 @@ func TestWaitStormWindows(t *testing.T) {
 		window  = 100 * time.Millisecond
 	)
 	rate := Per(limit, window)
-	for _, alg := range []struct {
-		name  string
-		new   func() (Limiter, error)
-		fixed bool // at most L per window aligned to the epoch
-		slide int  // at most this many in any interval of length W
-		fifo  bool // successes in order of arrival
-	}{
-		{"FixedWindow", func() (Limiter, error) { return NewFixedWindow(rate) }, true, 2 * limit, true},
-		{"SlidingLog", func() (Limiter, error) { return NewSlidingLog(rate) }, false, limit, true},
-		{"SlidingWindowCounter", func() (Limiter, error) { return NewSlidingWindowCounter(rate) }, true, swcBound(limit, int64(window)), false},
-	} {
+	for _, alg := range windowAlgorithms() {
+		storm := alg.window.storm
+		slide := storm.slide(limit, int64(window))
 		t.Run(alg.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(31, uint64(len(alg.name))))
 			type waiter struct {
@@ -407,7 +399,7 @@ func TestWaitStormWindows(t *testing.T) {
 			}
 			ws := make([]waiter, waiters)
 			synctest.Test(t, func(t *testing.T) {
-				lim, err := alg.new()
+				lim, err := alg.newWindow(rate)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -457,10 +449,10 @@ func TestWaitStormWindows(t *testing.T) {
 			if ok == 0 || refused == 0 || cancelled == 0 {
 				t.Fatalf("ok %d, refused %d, cancelled %d: a kind never happened", ok, refused, cancelled)
 			}
-			if most := winMaxInWindow(events, int64(window))["hot"]; most > alg.slide {
-				t.Fatalf("%d successes within %v, bound %d", most, window, alg.slide)
+			if most := winMaxInWindow(events, int64(window))["hot"]; most > slide {
+				t.Fatalf("%d successes within %v, bound %d", most, window, slide)
 			}
-			if alg.fixed {
+			if storm.fixed {
 				per := map[int64]int{}
 				for _, e := range events {
 					if per[e.t/int64(window)]++; per[e.t/int64(window)] > limit {
@@ -469,7 +461,7 @@ func TestWaitStormWindows(t *testing.T) {
 				}
 			}
 			slices.SortFunc(order, func(a, b int) int { return int(ws[a].arrive - ws[b].arrive) })
-			for k := 1; k < len(order) && alg.fifo; k++ {
+			for k := 1; k < len(order) && storm.fifo; k++ {
 				if prev, cur := ws[order[k-1]], ws[order[k]]; cur.at.Before(prev.at) {
 					t.Fatalf("arrived at %v and %v, served at %v and %v: out of order",
 						prev.arrive, cur.arrive, prev.at.Sub(ws[0].at), cur.at.Sub(ws[0].at))

@@ -51,7 +51,10 @@ type Limiter interface {
 	// Reservation.Cancel). ctx bounds the call
 	// itself (a round trip to a backend), not the delay. A booking that
 	// cannot be made (a full queue, or more than 36 years ahead) is returned
-	// with OK false, having booked nothing.
+	// with OK false, having booked nothing. A composite of several limiters
+	// (Multi) may refuse to book ahead: it books only events that conform
+	// now, and otherwise returns OK false, having booked nothing, with a
+	// Delay that says when to ask again.
 	Reserve(ctx context.Context, key string, n int) (*Reservation, error)
 
 	// Wait is shorthand for WaitN(ctx, key, 1).

@@ -555,27 +555,57 @@ func lrSlidingCounter(rate Rate) lrScenario {
 	}
 }
 
+// lrRun is a long run of one algorithm's entry in the registry
+// (algorithms_test.go). One mode of each algorithm takes the full count of
+// events (full); the other modes a tenth of it, to keep the file fast.
+type lrRun struct {
+	lrScenario
+	full bool
+}
+
+func lrTokenBucketRuns(rate Rate, capacity int64) []lrRun {
+	slot := int64(rate.Period) / rate.N
+	return []lrRun{
+		{lrTokenBucket(rate, capacity, 0), true},
+		{lrTokenBucket(rate, capacity, 5*slot/2), false},
+	}
+}
+
+func lrLeakyBucketRuns(rate Rate, capacity int64) []lrRun {
+	slot := int64(rate.Period) / rate.N
+	return []lrRun{
+		{lrLeakyBucket(rate, capacity, -1), true},
+		{lrLeakyBucket(rate, capacity, 5*slot/2), false},
+		{lrLeakyAllow(rate, capacity), false},
+	}
+}
+
+func lrFixedWindowRuns(rate Rate, _ int64) []lrRun {
+	win := int64(rate.Period)
+	return []lrRun{
+		{lrFixedWindow(rate, 0), true},
+		{lrFixedWindow(rate, 4*win/3), false},
+	}
+}
+
+func lrSlidingLogRuns(rate Rate, _ int64) []lrRun {
+	win := int64(rate.Period)
+	return []lrRun{
+		{lrSlidingLog(rate, 4*win/3), true},
+		{lrSlidingLogAllow(rate), false},
+	}
+}
+
+func lrSlidingCounterRuns(rate Rate, _ int64) []lrRun {
+	return []lrRun{{lrSlidingCounter(rate), true}}
+}
+
 func TestLongRun(t *testing.T) {
 	pureEvents, apiEvents := longRunEvents()
 	for _, r := range lrRates {
-		slot := int64(r.rate.Period) / r.rate.N
-		win := int64(r.rate.Period)
-		// One mode of each algorithm takes the full count of events; the
-		// other modes a tenth of it, to keep the file fast.
-		scenarios := []struct {
-			lrScenario
-			full bool
-		}{
-			{lrTokenBucket(r.rate, r.capacity, 0), true},
-			{lrTokenBucket(r.rate, r.capacity, 5*slot/2), false},
-			{lrLeakyBucket(r.rate, r.capacity, -1), true},
-			{lrLeakyBucket(r.rate, r.capacity, 5*slot/2), false},
-			{lrLeakyAllow(r.rate, r.capacity), false},
-			{lrFixedWindow(r.rate, 0), true},
-			{lrFixedWindow(r.rate, 4*win/3), false},
-			{lrSlidingLog(r.rate, 4*win/3), true},
-			{lrSlidingLogAllow(r.rate), false},
-			{lrSlidingCounter(r.rate), true},
+		var scenarios []lrRun
+		for _, alg := range algorithms {
+			scenarios = append(scenarios, alg.longRuns(r.rate, r.capacity)...)
 		}
 		for _, sc := range scenarios {
 			t.Run(sc.name+"/"+r.name, func(t *testing.T) {

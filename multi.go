@@ -6,107 +6,143 @@ import (
 	"time"
 )
 
-// Pair is one limit on a request: a limiter and the key charged on it, such
-// as {perUser, "alice"}, {perIP, "192.0.2.1"} or {global, ""}.
-type Pair struct {
+// LimiterKey is one limit on a request: a limiter and the key charged on
+// it, such as {perUser, "alice"}, {perIP, "192.0.2.1"} or {global, ""}.
+type LimiterKey struct {
 	Limiter Limiter
 	Key     string
 }
 
-// AllowAll reports whether n events may happen now under every pair, as one
-// decision, all or nothing, and records them under every pair if so. If any
-// pair denies, nothing is recorded anywhere: what the others booked is given
-// back, so a denied request consumes nothing. n == 0 peeks at every pair.
+// MultiDecision is the outcome of several limits decided as one, by
+// AllowAll or RuleSet.Check: the combined Decision, and each limit's own in
+// the order the limits were given.
 //
-// Every pair is asked, even after one has denied, so that the Decision's
-// RetryAfter covers them all: retrying after it succeeds if nothing else
-// consumed in between. The Decision is that of the pair chosen by
-// Strictest (its Limit and Remaining), with Allowed true only if every pair
-// allowed, RetryAfter the largest of the pairs' and ResetAfter the largest
-// of the pairs'. With no pairs it is Decision{Allowed: true}.
+// The combined Decision is that of the limit Strictest picks (its Limit and
+// Remaining), with Allowed true only if every limit allowed, and RetryAfter
+// and ResetAfter the largest of all the limits'. With no limits it is
+// Decision{Allowed: true}.
 //
-// If ds is at least as long as pairs, ds[i] receives pair i's own decision:
-// as booked if the request was allowed; as the pair stands after the
-// give-back if it was denied. Otherwise ds is not touched. AllowAll does not
-// allocate for up to 8 pairs of in-memory limiters.
-//
-// The limiters of this package are booked at their own clock's now, and
-// nothing they booked survives a denial. TokenBucket and LeakyBucket, which
-// can give a booking back only while it is the latest on its key, are
-// first checked without booking and booked once every in-memory pair has
-// allowed, so that a denial has nothing to give back there, whatever
-// others book on the same keys meanwhile; the others are booked and, on a
-// denial, given back exactly, as of the instant they were booked, even if
-// their clock has moved on since. (A pair that allowed on the check and
-// denies when booked, having lost a race for the key's last room, has the
-// buckets booked before it given back as Cancel would: exactly unless a
-// concurrent booking followed them on their key.) A limiter from outside this package
-// (the Redis backend, your own) offers no such give-back: its Reservation's
-// Cancel returns only what is not yet due, and an allowed event is due at
-// once. So AllowAll asks such limiters last, with AllowN, and only once
-// every in-memory pair has allowed; after a denial it only peeks at them
-// (AllowN with n == 0), booking nothing unless the peek shows room (it then
-// asks for n to learn the exact RetryAfter, which books only if the key
-// gained room in between). What a denial cannot give back is therefore
-// limited to outside limiters asked before the outside limiter that denied:
-// with at most one outside limiter among the pairs, a denied request
-// consumes nothing anywhere.
-//
-// Errors: n < 0 returns ErrNegativeN and n larger than an in-memory pair's
-// limit ErrExceedsLimit, both before anything is booked; a pair without a
-// limiter returns an error matching ErrInvalidOption. An error from an
-// outside limiter is returned as is, after the in-memory bookings are given
-// back.
-func AllowAll(ctx context.Context, n int, pairs []Pair, ds []Decision) (Decision, error) {
-	var dbuf [stackPairs]Decision
-	var bbuf [stackPairs]booking
-	if len(ds) < len(pairs) {
-		ds = dbuf[:0]
-		if len(pairs) > stackPairs {
-			ds = make([]Decision, 0, len(pairs))
-		}
-	}
-	bk := bbuf[:0]
-	if len(pairs) > stackPairs {
-		bk = make([]booking, 0, len(pairs))
-	}
-	return allowAll(ctx, n, pairs, ds[:len(pairs)], bk[:len(pairs)])
+// Each limit's own decision is as booked if the request was allowed, and as
+// the limit stands after the give-back if it was denied. The zero value
+// holds no limits. A MultiDecision is a value: copying it copies every
+// decision, and holds up to 8 without allocating.
+type MultiDecision struct {
+	Decision
+	n    int
+	each [stackPairs]Decision
+	more []Decision // every decision, when there are more than stackPairs
 }
 
-// WaitAll blocks until n events may happen under every pair at once, then
-// records them under every pair; nothing is booked while it waits.
+// Len returns how many limits were decided.
+func (m *MultiDecision) Len() int { return m.n }
+
+// At returns the decision of limit i, for 0 <= i < Len(). It panics if i
+// is out of range.
+func (m *MultiDecision) At(i int) Decision { return m.all()[i] }
+
+// Strictest returns the index of the most restrictive limit's decision
+// (see the function Strictest), the one whose Limit and Remaining the
+// combined Decision reports, or -1 if there are no limits.
+func (m *MultiDecision) Strictest() int { return Strictest(m.all()) }
+
+func (m *MultiDecision) all() []Decision {
+	if m.more != nil {
+		return m.more
+	}
+	return m.each[:m.n]
+}
+
+// buffer returns room for the decisions of n limits: the array inside m
+// for up to stackPairs, a new slice beyond.
+func (m *MultiDecision) buffer(n int) []Decision {
+	m.n = n
+	if n > stackPairs {
+		m.more = make([]Decision, n)
+		return m.more
+	}
+	return m.each[:n]
+}
+
+// AllowAll reports whether n events may happen now under every limit, as
+// one decision, all or nothing, and records them under every limit if so.
+// If any limit denies, nothing is recorded anywhere: what the others
+// booked is given back, so a denied request consumes nothing. n == 0
+// peeks at every limit. It does not allocate for up to 8 limits of
+// in-memory limiters.
+//
+// Every limit is asked, even after one has denied, so that the combined
+// RetryAfter covers them all: retrying after it succeeds if nothing else
+// consumed in between. The result holds the combined Decision and each
+// limit's own (see MultiDecision).
+//
+// The limiters of this package are booked at their own clock's now, and
+// nothing they booked survives a denial: the token and leaky buckets are
+// checked first and booked only once every in-memory limit has allowed;
+// the windows are booked and, on a denial, given back as of the instant
+// they were booked. (A bucket that allowed on the check and then lost its
+// key's last room to a concurrent call denies when booked; the buckets
+// booked before it are given back as Cancel would.) A limiter from outside
+// this package (the Redis backend, your own) can give back only what its
+// Reservation's Cancel returns, so AllowAll asks such limiters last, and
+// only once every in-memory limit has allowed; after a denial it only
+// peeks at them. With at most one outside limiter among the limits, a
+// denied request consumes nothing anywhere.
+//
+// Errors: n < 0 returns ErrNegativeN and n larger than an in-memory
+// limiter's limit ErrExceedsLimit, both before anything is booked; a limit
+// without a limiter returns an error matching ErrInvalidOption. An error
+// from an outside limiter is returned as is, after the in-memory bookings
+// are given back.
+func AllowAll(ctx context.Context, n int, limits []LimiterKey) (MultiDecision, error) {
+	var m MultiDecision
+	var bbuf [stackPairs]booking
+	bk := bbuf[:0]
+	if len(limits) > stackPairs {
+		bk = make([]booking, 0, len(limits))
+	}
+	d, err := allowAll(ctx, n, limits, m.buffer(len(limits)), bk[:len(limits)])
+	if err != nil {
+		return MultiDecision{}, err
+	}
+	m.Decision = d
+	return m, nil
+}
+
+// WaitAll blocks until n events may happen under every limit at once,
+// then records them under every limit; nothing is booked while it waits.
 //
 // It is a loop of AllowAll: when denied it sleeps for the Decision's
-// RetryAfter on the clock of the first in-memory limiter among the pairs
+// RetryAfter on the clock of the first in-memory limiter among the limits
 // (the system clock if there is none) and asks again. It is not FIFO: a
 // caller of AllowAll may take the room first, and WaitAll then waits again.
 //
-// Failures leave nothing booked: invalid n or pairs return AllowAll's
+// Failures leave nothing booked: invalid n or limits return AllowAll's
 // errors; a ctx already done returns ctx.Err(); if the needed delay would
 // pass ctx's deadline (time left measured in real time, as for WaitN) it
 // fails at once with a *LimitError matching both ErrLimited and
 // context.DeadlineExceeded; if ctx ends during a sleep it returns
 // ctx.Err().
-func WaitAll(ctx context.Context, n int, pairs []Pair) error {
-	return waitAll(ctx, n, pairs, clockOfPairs(pairs))
+func WaitAll(ctx context.Context, n int, limits []LimiterKey) error {
+	return waitAll(ctx, n, limits, clockOfPairs(limits))
 }
 
-// ReserveAll books n events under every pair if they may happen now, all
+// ReserveAll books n events under every limit if they may happen now, all
 // or nothing, as AllowAll does, and returns the booking.
 //
-// Unlike a single limiter's Reserve, it never books ahead. A slot booked
-// ahead on one limiter while another holds the request back would count
-// the events at the wrong instant on the first: a token bucket that booked
-// at t0 for events sent at t1 would see its bucket refilled by t1 and allow
-// a second burst on top of them. So when the events do not conform now
-// under every pair, nothing is booked, the Reservation is not OK, and its
-// Delay is the RetryAfter of AllowAll: when to ask again. Cancel of an OK
-// reservation gives back, at each in-memory pair, what Reservation.Cancel
-// would on that limiter's clock (nothing once its clock has moved past the
-// booking, and on a token or leaky bucket nothing if a later booking on the
-// key is held); it cannot give back at outside limiters.
-func ReserveAll(ctx context.Context, n int, pairs []Pair) (*Reservation, error) {
-	ps := append([]Pair(nil), pairs...) // the cancel func outlives the caller's slice
+// It never books ahead, as the Limiter contract allows a composite limiter
+// to do: a slot booked ahead on one limiter while another holds the
+// request back would count the events at the wrong instant on the first (a
+// token bucket that booked at t0 for events sent at t1 would see its
+// bucket refilled by t1 and allow a second burst on top of them). So when
+// the events do not conform now under every limit, nothing is booked, the
+// Reservation is not OK, and its Delay is the combined RetryAfter: when to
+// ask again. Cancel of an OK reservation gives back, at each in-memory
+// limit, what Reservation.Cancel would on that limiter's clock (nothing
+// once its clock has moved past the booking, and on a token or leaky
+// bucket nothing if a later booking on the key is held); it cannot give
+// back at outside limiters.
+func ReserveAll(ctx context.Context, n int, limits []LimiterKey) (*Reservation, error) {
+	ps := append([]LimiterKey(nil), limits...) // the cancel func outlives the caller's slice
 	ds := make([]Decision, len(ps))
 	bk := make([]booking, len(ps))
 	d, err := allowAll(ctx, n, ps, ds, bk)
@@ -155,87 +191,95 @@ func stricter(a, b *Decision) bool {
 }
 
 // Multi is several limits checked as one Limiter, all or nothing: per-key
-// parts charge the caller's key, global parts one key shared by every
-// caller. For example a Multi of a per-IP token bucket and a global one
-// allows a request only if both do, and a request denied by the global
+// limits charge the caller's key, shared ones one key, "", for every
+// caller. For example a Multi of a per-IP token bucket and a shared one
+// allows a request only if both do, and a request denied by the shared
 // bucket consumes nothing from the per-IP one. See AllowAll for the exact
-// semantics, including those of limiters from outside this package, and
-// ReserveAll for why Reserve never books ahead.
+// semantics, including those of limiters from outside this package.
 //
-// Build it with NewMulti. It is safe for concurrent use if its limiters are.
-// Most callers want Allow or AllowN.
+// Reserve never books ahead, as the Limiter contract allows of a composite
+// limiter: it books only what may happen now (see ReserveAll).
+//
+// Build it with NewMulti. It is safe for concurrent use if its limiters
+// are. Most callers want Allow or AllowN.
 type Multi struct {
-	parts []Part
-	clock Clock // Wait's timers: the first in-memory part's clock
+	limits []MultiLimit
+	clock  Clock // Wait's timers: the first in-memory limiter's clock
 }
 
-// Part is one limit of a Multi.
-type Part struct {
+// MultiLimit is one limit of a Multi.
+type MultiLimit struct {
 	// Limiter enforces the limit.
 	Limiter Limiter
-	// Global charges every caller's events to the one key "" on Limiter, a
-	// limit shared by all; otherwise the caller's key is charged.
-	Global bool
+	// Shared charges every caller's events to the one key "" on Limiter,
+	// a limit shared by all; otherwise the caller's key is charged.
+	Shared bool
 }
 
-// NewMulti returns the limits of parts checked as one, in the order given
-// (in-memory limiters before outside ones; see AllowAll). It returns an
-// error matching ErrInvalidOption if there are no parts or a part has no
-// limiter.
-func NewMulti(parts ...Part) (*Multi, error) {
-	if len(parts) == 0 {
-		return nil, fmt.Errorf("%w: a Multi needs at least one part", ErrInvalidOption)
+// NewMulti returns limits checked as one, in the order given (in-memory
+// limiters before outside ones; see AllowAll). It returns an error
+// matching ErrInvalidOption if there are no limits or one has no limiter.
+func NewMulti(limits ...MultiLimit) (*Multi, error) {
+	if len(limits) == 0 {
+		return nil, fmt.Errorf("%w: a Multi needs at least one limit", ErrInvalidOption)
 	}
-	ps := make([]Pair, len(parts))
-	for i, p := range parts {
-		if p.Limiter == nil {
-			return nil, fmt.Errorf("%w: part %d has no limiter", ErrInvalidOption, i)
+	ps := make([]LimiterKey, len(limits))
+	for i, l := range limits {
+		if l.Limiter == nil {
+			return nil, fmt.Errorf("%w: limit %d of the Multi has no limiter", ErrInvalidOption, i)
 		}
-		ps[i].Limiter = p.Limiter
+		ps[i].Limiter = l.Limiter
 	}
-	return &Multi{parts: append([]Part(nil), parts...), clock: clockOfPairs(ps)}, nil
+	return &Multi{limits: append([]MultiLimit(nil), limits...), clock: clockOfPairs(ps)}, nil
 }
 
-// pairs fills buf, or a new slice if there are too many parts, with the
-// pairs for key.
-func (m *Multi) pairs(key string, buf *[stackPairs]Pair) []Pair {
+// keys fills buf, or a new slice if there are too many limits, with the
+// limits and the keys they charge for key.
+func (m *Multi) keys(key string, buf *[stackPairs]LimiterKey) []LimiterKey {
 	ps := buf[:0]
-	if len(m.parts) > stackPairs {
-		ps = make([]Pair, 0, len(m.parts))
+	if len(m.limits) > stackPairs {
+		ps = make([]LimiterKey, 0, len(m.limits))
 	}
-	for _, p := range m.parts {
+	for _, l := range m.limits {
 		k := key
-		if p.Global {
+		if l.Shared {
 			k = ""
 		}
-		ps = append(ps, Pair{Limiter: p.Limiter, Key: k})
+		ps = append(ps, LimiterKey{Limiter: l.Limiter, Key: k})
 	}
 	return ps
 }
 
-// Allow reports whether one event for key may happen now under every part,
-// and records it under every part if so. It does not allocate for up to 8
-// in-memory parts. An error from an outside limiter counts as a denial;
-// call AllowN to see it.
+// Allow reports whether one event for key may happen now under every
+// limit, and records it under every limit if so. It does not allocate for
+// up to 8 in-memory limits. An error from an outside limiter counts as a
+// denial; call AllowN to see it.
 func (m *Multi) Allow(key string) bool {
 	d, err := m.AllowN(context.Background(), key, 1)
 	return err == nil && d.Allowed
 }
 
-// AllowN is AllowAll over the parts' pairs for key: n events under every
-// part, all or nothing, and the strictest Decision.
+// AllowN is AllowAll over the limits for key: n events under every limit,
+// all or nothing, and the combined Decision.
 func (m *Multi) AllowN(ctx context.Context, key string, n int) (Decision, error) {
-	var buf [stackPairs]Pair
-	return AllowAll(ctx, n, m.pairs(key, &buf), nil)
+	var buf [stackPairs]LimiterKey
+	var dbuf [stackPairs]Decision
+	var bbuf [stackPairs]booking
+	ps := m.keys(key, &buf)
+	ds, bk := dbuf[:0], bbuf[:0]
+	if len(ps) > stackPairs {
+		ds, bk = make([]Decision, 0, len(ps)), make([]booking, 0, len(ps))
+	}
+	return allowAll(ctx, n, ps, ds[:len(ps)], bk[:len(ps)])
 }
 
-// Reserve is ReserveAll over the parts' pairs for key: it books n events
-// only if they may happen now under every part, and never books ahead.
-// This departs from Limiter's Reserve, which books at the earliest time the
-// events conform; ReserveAll says why.
+// Reserve is ReserveAll over the limits for key: it books n events only if
+// they may happen now under every limit, and otherwise books nothing and
+// returns a Reservation that is not OK, whose Delay says when to ask
+// again. It never books ahead (see ReserveAll for why).
 func (m *Multi) Reserve(ctx context.Context, key string, n int) (*Reservation, error) {
-	var buf [stackPairs]Pair
-	return ReserveAll(ctx, n, m.pairs(key, &buf))
+	var buf [stackPairs]LimiterKey
+	return ReserveAll(ctx, n, m.keys(key, &buf))
 }
 
 // Wait is shorthand for WaitN(ctx, key, 1).
@@ -243,15 +287,15 @@ func (m *Multi) Wait(ctx context.Context, key string) error {
 	return m.WaitN(ctx, key, 1)
 }
 
-// WaitN is WaitAll over the parts' pairs for key: it blocks until n events
-// may happen under every part at once and records them. See WaitAll for
-// what it leaves behind when it fails.
+// WaitN is WaitAll over the limits for key: it blocks until n events may
+// happen under every limit at once and records them. See WaitAll for what
+// it leaves behind when it fails.
 func (m *Multi) WaitN(ctx context.Context, key string, n int) error {
-	var buf [stackPairs]Pair
-	return waitAll(ctx, n, m.pairs(key, &buf), m.clock)
+	var buf [stackPairs]LimiterKey
+	return waitAll(ctx, n, m.keys(key, &buf), m.clock)
 }
 
-// stackPairs is how many pairs AllowAll handles without allocating.
+// stackPairs is how many limits AllowAll handles without allocating.
 const stackPairs = 8
 
 // inMemory is what AllowAll needs from the limiters of this package: a
@@ -339,14 +383,14 @@ type booking struct {
 
 // validatePairs checks n and pairs before anything is booked, and notes
 // which limiters are in memory.
-func validatePairs(n int, pairs []Pair, bk []booking) error {
+func validatePairs(n int, pairs []LimiterKey, bk []booking) error {
 	if n < 0 {
 		return ErrNegativeN
 	}
 	for i := range pairs {
 		l := pairs[i].Limiter
 		if l == nil {
-			return fmt.Errorf("%w: pair %d has no limiter", ErrInvalidOption, i)
+			return fmt.Errorf("%w: limit %d has no limiter", ErrInvalidOption, i)
 		}
 		m, _ := l.(inMemory)
 		bk[i] = booking{mem: m}
@@ -368,7 +412,7 @@ func validatePairs(n int, pairs []Pair, bk []booking) error {
 // cannot keep the give-back from being exact. Only a pair that allowed on
 // the check and denies on the booking, a lost race, has such pairs to give
 // back.
-func allowAll(ctx context.Context, n int, pairs []Pair, ds []Decision, bk []booking) (Decision, error) {
+func allowAll(ctx context.Context, n int, pairs []LimiterKey, ds []Decision, bk []booking) (Decision, error) {
 	if err := validatePairs(n, pairs, bk); err != nil {
 		return Decision{}, err
 	}
@@ -442,7 +486,7 @@ func allowAll(ctx context.Context, n int, pairs []Pair, ds []Decision, bk []book
 
 // reportPairs hands each in-memory pair's own decision to that limiter's
 // observer, if it has one.
-func reportPairs(n int, pairs []Pair, ds []Decision, bk []booking) {
+func reportPairs(n int, pairs []LimiterKey, ds []Decision, bk []booking) {
 	for i := range pairs {
 		if m := bk[i].mem; m != nil {
 			if o := m.observer(); o != nil {
@@ -454,7 +498,7 @@ func reportPairs(n int, pairs []Pair, ds []Decision, bk []booking) {
 
 // giveBack rolls back every in-memory booking and reads those pairs again,
 // and those checked but not booked that would have allowed.
-func giveBack(n int, pairs []Pair, ds []Decision, bk []booking) {
+func giveBack(n int, pairs []LimiterKey, ds []Decision, bk []booking) {
 	for i := range pairs {
 		b := &bk[i]
 		switch {
@@ -487,7 +531,7 @@ func combine(ds []Decision) Decision {
 
 // clockOfPairs returns the clock of the first in-memory limiter of pairs,
 // or the system clock.
-func clockOfPairs(pairs []Pair) Clock {
+func clockOfPairs(pairs []LimiterKey) Clock {
 	for _, p := range pairs {
 		if m, ok := p.Limiter.(inMemory); ok {
 			return m.multiClock()
@@ -496,7 +540,7 @@ func clockOfPairs(pairs []Pair) Clock {
 	return SystemClock()
 }
 
-func waitAll(ctx context.Context, n int, pairs []Pair, clock Clock) error {
+func waitAll(ctx context.Context, n int, pairs []LimiterKey, clock Clock) error {
 	var bbuf [stackPairs]booking
 	bk := bbuf[:0]
 	if len(pairs) > stackPairs {
@@ -512,7 +556,7 @@ func waitAll(ctx context.Context, n int, pairs []Pair, clock Clock) error {
 		return nil
 	}
 	for {
-		d, err := AllowAll(ctx, n, pairs, nil)
+		d, err := AllowAll(ctx, n, pairs)
 		if err != nil {
 			return err
 		}

@@ -64,7 +64,7 @@ func TestAllowAllTimeline(t *testing.T) {
 	user := newClockedTB(t, PerSecond(1), 2, clock)   // per user: 2 at once, 1/s
 	global := newClockedTB(t, PerSecond(2), 3, clock) // everyone: 3 at once, 2/s
 	ctx := context.Background()
-	pairs := func(u string) []Pair { return []Pair{{user, u}, {global, ""}} }
+	pairs := func(u string) []LimiterKey { return []LimiterKey{{user, u}, {global, ""}} }
 
 	steps := []struct {
 		at      time.Duration
@@ -92,7 +92,7 @@ func TestAllowAllTimeline(t *testing.T) {
 	}
 	for i, s := range steps {
 		clock.Set(t0.Add(s.at))
-		d, err := AllowAll(ctx, 1, pairs(s.who), nil)
+		d, err := AllowAll(ctx, 1, pairs(s.who))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,10 +128,11 @@ func TestAllowAllDenialLeavesOthersUntouched(t *testing.T) {
 	perEndpoint.AllowN(ctx, "POST /x", 1)
 	before := []Decision{peek(t, perKey, "k"), peek(t, perEndpoint, "POST /x")}
 
-	pairs := []Pair{{perKey, "k"}, {perEndpoint, "POST /x"}, {global, ""}}
-	ds := make([]Decision, 3)
+	pairs := []LimiterKey{{perKey, "k"}, {perEndpoint, "POST /x"}, {global, ""}}
+	var d MultiDecision
 	for range 100 {
-		d, err := AllowAll(ctx, 1, pairs, ds)
+		var err error
+		d, err = AllowAll(ctx, 1, pairs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,8 +148,8 @@ func TestAllowAllDenialLeavesOthersUntouched(t *testing.T) {
 			t.Errorf("limit %d: before %+v, after %d denials %+v", i, before[i], 100, after[i])
 		}
 	}
-	if ds[0].Remaining != 3 || ds[1].Remaining != 4 || ds[2].Allowed {
-		t.Errorf("per-pair decisions after a denial: %+v", ds)
+	if d.Len() != 3 || d.At(0).Remaining != 3 || d.At(1).Remaining != 4 || d.At(2).Allowed {
+		t.Errorf("each limit's decision after a denial: %+v", d)
 	}
 }
 
@@ -159,17 +160,16 @@ func TestAllowAllDecisionIsStrictest(t *testing.T) {
 	c := newClockedTB(t, Per(1, 10*time.Second), 8, clock)
 	ctx := context.Background()
 	c.AllowN(ctx, "", 2) // 6 remaining, full in 20s
-	ds := make([]Decision, 3)
-	d, err := AllowAll(ctx, 1, []Pair{{a, ""}, {b, ""}, {c, ""}}, ds)
+	d, err := AllowAll(ctx, 1, []LimiterKey{{a, ""}, {b, ""}, {c, ""}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := Decision{Allowed: true, Limit: 4, Remaining: 3, ResetAfter: 30 * time.Second}
-	if d != want {
-		t.Errorf("got %+v, want %+v", d, want)
+	if d.Decision != want {
+		t.Errorf("got %+v, want %+v", d.Decision, want)
 	}
-	if Strictest(ds) != 1 {
-		t.Errorf("Strictest = %d, want 1 (%+v)", Strictest(ds), ds)
+	if d.Strictest() != 1 {
+		t.Errorf("Strictest = %d, want 1 (%+v)", d.Strictest(), d)
 	}
 }
 
@@ -212,21 +212,21 @@ func TestAllowAllRetryAfterIsExact(t *testing.T) {
 			clock := NewManualClock(t0)
 			a := newClockedTB(t, tc.a, 1, clock)
 			b := newClockedTB(t, tc.b, 1, clock)
-			pairs := []Pair{{a, "k"}, {b, "k"}}
-			if d, _ := AllowAll(ctx, 1, pairs, nil); !d.Allowed {
+			pairs := []LimiterKey{{a, "k"}, {b, "k"}}
+			if d, _ := AllowAll(ctx, 1, pairs); !d.Allowed {
 				t.Fatal("first event denied")
 			}
-			d, _ := AllowAll(ctx, 1, pairs, nil)
+			d, _ := AllowAll(ctx, 1, pairs)
 			if d.Allowed || d.RetryAfter <= 0 {
 				t.Fatalf("second event: %+v", d)
 			}
 			retry := d.RetryAfter
 			clock.Advance(retry - 1)
-			if d, _ := AllowAll(ctx, 1, pairs, nil); d.Allowed || d.RetryAfter != 1 {
+			if d, _ := AllowAll(ctx, 1, pairs); d.Allowed || d.RetryAfter != 1 {
 				t.Fatalf("1ns early: %+v, want denied with RetryAfter 1ns", d)
 			}
 			clock.Advance(1)
-			if d, _ := AllowAll(ctx, 1, pairs, nil); !d.Allowed {
+			if d, _ := AllowAll(ctx, 1, pairs); !d.Allowed {
 				t.Fatalf("at RetryAfter %v: %+v", retry, d)
 			}
 		})
@@ -238,20 +238,20 @@ func TestAllowAllErrorsBookNothing(t *testing.T) {
 	small := newClockedTB(t, PerSecond(1), 2, clock)
 	big := newClockedTB(t, PerSecond(1), 10, clock)
 	ctx := context.Background()
-	pairs := []Pair{{big, "k"}, {small, "k"}}
-	if _, err := AllowAll(ctx, 3, pairs, nil); !errors.Is(err, ErrExceedsLimit) {
+	pairs := []LimiterKey{{big, "k"}, {small, "k"}}
+	if _, err := AllowAll(ctx, 3, pairs); !errors.Is(err, ErrExceedsLimit) {
 		t.Errorf("n over one limit: %v, want ErrExceedsLimit", err)
 	}
-	if _, err := AllowAll(ctx, -1, pairs, nil); !errors.Is(err, ErrNegativeN) {
+	if _, err := AllowAll(ctx, -1, pairs); !errors.Is(err, ErrNegativeN) {
 		t.Errorf("n < 0: %v, want ErrNegativeN", err)
 	}
-	if _, err := AllowAll(ctx, 1, []Pair{{big, "k"}, {nil, "k"}}, nil); !errors.Is(err, ErrInvalidOption) {
+	if _, err := AllowAll(ctx, 1, []LimiterKey{{big, "k"}, {nil, "k"}}); !errors.Is(err, ErrInvalidOption) {
 		t.Errorf("nil limiter: %v, want ErrInvalidOption", err)
 	}
 	if got := peek(t, big, "k").Remaining; got != 10 {
 		t.Errorf("after errors the big bucket has %d, want 10", got)
 	}
-	if d, err := AllowAll(ctx, 1, nil, nil); err != nil || d != (Decision{Allowed: true}) {
+	if d, err := AllowAll(ctx, 1, nil); err != nil || d.Decision != (Decision{Allowed: true}) || d.Len() != 0 || d.Strictest() != -1 {
 		t.Errorf("no pairs: %+v, %v", d, err)
 	}
 }
@@ -263,7 +263,7 @@ func TestAllowAllPeek(t *testing.T) {
 	ctx := context.Background()
 	a.AllowN(ctx, "k", 1)
 	for range 3 {
-		d, err := AllowAll(ctx, 0, []Pair{{a, "k"}, {b, "k"}}, nil)
+		d, err := AllowAll(ctx, 0, []LimiterKey{{a, "k"}, {b, "k"}})
 		if err != nil || !d.Allowed || d.Remaining != 2 || d.Limit != 3 {
 			t.Fatalf("peek: %+v, %v", d, err)
 		}
@@ -279,11 +279,11 @@ func TestAllowAllOutsideLimiters(t *testing.T) {
 		clock := NewManualClock(t0)
 		mem := newClockedTB(t, PerSecond(1), 1, clock)
 		out := &outside{Limiter: newClockedTB(t, PerSecond(1), 5, clock)}
-		pairs := []Pair{{out, "k"}, {mem, "k"}}
-		if d, _ := AllowAll(ctx, 1, pairs, nil); !d.Allowed {
+		pairs := []LimiterKey{{out, "k"}, {mem, "k"}}
+		if d, _ := AllowAll(ctx, 1, pairs); !d.Allowed {
 			t.Fatal("first denied")
 		}
-		d, _ := AllowAll(ctx, 1, pairs, nil) // mem denies: out is only peeked
+		d, _ := AllowAll(ctx, 1, pairs) // mem denies: out is only peeked
 		if d.Allowed || d.RetryAfter != time.Second {
 			t.Fatalf("second: %+v", d)
 		}
@@ -298,9 +298,9 @@ func TestAllowAllOutsideLimiters(t *testing.T) {
 		clock := NewManualClock(t0)
 		mem := newClockedTB(t, PerSecond(1), 5, clock)
 		out := &outside{Limiter: newClockedTB(t, PerSecond(1), 1, clock)}
-		pairs := []Pair{{mem, "k"}, {out, "k"}}
-		AllowAll(ctx, 1, pairs, nil)
-		d, _ := AllowAll(ctx, 1, pairs, nil)
+		pairs := []LimiterKey{{mem, "k"}, {out, "k"}}
+		AllowAll(ctx, 1, pairs)
+		d, _ := AllowAll(ctx, 1, pairs)
 		if d.Allowed || d.RetryAfter != time.Second {
 			t.Fatalf("second: %+v", d)
 		}
@@ -312,10 +312,10 @@ func TestAllowAllOutsideLimiters(t *testing.T) {
 		clock := NewManualClock(t0)
 		mem := newClockedTB(t, PerSecond(1), 1, clock)
 		out := &outside{Limiter: newClockedTB(t, Per(1, 10*time.Second), 1, clock)}
-		pairs := []Pair{{mem, "k"}, {out, "k"}}
-		AllowAll(ctx, 1, pairs, nil)
+		pairs := []LimiterKey{{mem, "k"}, {out, "k"}}
+		AllowAll(ctx, 1, pairs)
 		out.calls = nil
-		d, _ := AllowAll(ctx, 1, pairs, nil)
+		d, _ := AllowAll(ctx, 1, pairs)
 		if d.Allowed || d.RetryAfter != 10*time.Second {
 			t.Fatalf("got %+v, want RetryAfter 10s", d)
 		}
@@ -328,7 +328,7 @@ func TestAllowAllOutsideLimiters(t *testing.T) {
 		mem := newClockedTB(t, PerSecond(1), 5, clock)
 		boom := errors.New("backend down")
 		out := &outside{Limiter: newClockedTB(t, PerSecond(1), 5, clock), err: boom}
-		if _, err := AllowAll(ctx, 1, []Pair{{mem, "k"}, {out, "k"}}, nil); !errors.Is(err, boom) {
+		if _, err := AllowAll(ctx, 1, []LimiterKey{{mem, "k"}, {out, "k"}}); !errors.Is(err, boom) {
 			t.Fatalf("err = %v", err)
 		}
 		if got := peek(t, mem, "k").Remaining; got != 5 {
@@ -380,7 +380,7 @@ func TestAllowAllMatchesOracle(t *testing.T) {
 		if want {
 			tat[key], gtat = kt, gt
 		}
-		d, err := AllowAll(context.Background(), n, []Pair{{perKey, key}, {global, ""}}, nil)
+		d, err := AllowAll(context.Background(), n, []LimiterKey{{perKey, key}, {global, ""}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -406,7 +406,7 @@ func TestAllowAllConcurrent(t *testing.T) {
 			for i := range 200 {
 				k := (g + i) % len(keys)
 				n := 1 + i%2
-				d, err := AllowAll(context.Background(), n, []Pair{{perKey, keys[k]}, {global, ""}}, nil)
+				d, err := AllowAll(context.Background(), n, []LimiterKey{{perKey, keys[k]}, {global, ""}})
 				if err != nil {
 					t.Error(err)
 					return
@@ -435,7 +435,7 @@ func TestWaitAll(t *testing.T) {
 	clock := NewManualClock(t0)
 	a := newClockedTB(t, PerSecond(1), 1, clock)
 	b := newClockedTB(t, PerSecond(2), 1, clock)
-	pairs := []Pair{{a, "k"}, {b, "k"}}
+	pairs := []LimiterKey{{a, "k"}, {b, "k"}}
 	ctx := context.Background()
 	if err := WaitAll(ctx, 1, pairs); err != nil {
 		t.Fatal(err)
@@ -499,7 +499,7 @@ func TestReserveAll(t *testing.T) {
 	a := newClockedTB(t, PerSecond(1), 2, clock)
 	b := newClockedTB(t, PerSecond(1), 1, clock)
 	ctx := context.Background()
-	pairs := []Pair{{a, "k"}, {b, "k"}}
+	pairs := []LimiterKey{{a, "k"}, {b, "k"}}
 	r, err := ReserveAll(ctx, 1, pairs)
 	if err != nil || !r.OK() || r.Delay() != 0 {
 		t.Fatalf("first: %+v, %v", r, err)
@@ -530,7 +530,7 @@ func TestMulti(t *testing.T) {
 	clock := NewManualClock(t0)
 	perIP := newClockedTB(t, PerSecond(1), 2, clock)
 	global := newClockedTB(t, PerSecond(1), 3, clock)
-	m, err := NewMulti(Part{Limiter: perIP}, Part{Limiter: global, Global: true})
+	m, err := NewMulti(MultiLimit{Limiter: perIP}, MultiLimit{Limiter: global, Shared: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -561,7 +561,7 @@ func TestMulti(t *testing.T) {
 	if _, err := NewMulti(); !errors.Is(err, ErrInvalidOption) {
 		t.Errorf("NewMulti(): %v", err)
 	}
-	if _, err := NewMulti(Part{}); !errors.Is(err, ErrInvalidOption) {
+	if _, err := NewMulti(MultiLimit{}); !errors.Is(err, ErrInvalidOption) {
 		t.Errorf("NewMulti(nil limiter): %v", err)
 	}
 }
@@ -570,11 +570,11 @@ func TestAllowAllDoesNotAllocate(t *testing.T) {
 	clock := NewManualClock(t0)
 	a := newClockedTB(t, PerSecond(1e9), 1e9, clock)
 	b := newClockedTB(t, PerSecond(1e9), 1e9, clock)
-	m, _ := NewMulti(Part{Limiter: a}, Part{Limiter: b, Global: true})
+	m, _ := NewMulti(MultiLimit{Limiter: a}, MultiLimit{Limiter: b, Shared: true})
 	ctx := context.Background()
-	pairs := []Pair{{a, "k"}, {b, ""}}
+	pairs := []LimiterKey{{a, "k"}, {b, ""}}
 	m.Allow("k")
-	if n := testing.AllocsPerRun(100, func() { AllowAll(ctx, 1, pairs, nil) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { AllowAll(ctx, 1, pairs) }); n != 0 {
 		t.Errorf("AllowAll allocates %v times", n)
 	}
 	if n := testing.AllocsPerRun(100, func() { m.Allow("k") }); n != 0 {
@@ -585,7 +585,7 @@ func TestAllowAllDoesNotAllocate(t *testing.T) {
 func BenchmarkMultiAllow(b *testing.B) {
 	perKey, _ := NewTokenBucket(PerSecond(1e9), 1e9)
 	global, _ := NewTokenBucket(PerSecond(1e9), 1e9)
-	m, _ := NewMulti(Part{Limiter: perKey}, Part{Limiter: global, Global: true})
+	m, _ := NewMulti(MultiLimit{Limiter: perKey}, MultiLimit{Limiter: global, Shared: true})
 	b.Run("single", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -598,4 +598,85 @@ func BenchmarkMultiAllow(b *testing.B) {
 			m.Allow("192.0.2.1")
 		}
 	})
+}
+
+// The result of AllowAll holds one decision per limit, in the order the
+// limits were given, below and above the 8 it holds without allocating:
+// each is the limit's own (as booked when allowed, as it stands after the
+// give-back when denied), and the combined Decision is the strictest one's
+// Limit and Remaining with the largest RetryAfter and ResetAfter.
+func TestAllowAllEachDecision(t *testing.T) {
+	ctx := context.Background()
+	for seed := range uint64(200) {
+		rng := rand.New(rand.NewPCG(seed, 14))
+		clock := NewManualClock(t0)
+		count := rng.IntN(13) // 0 to 12 limits: both sides of the array
+		limits := make([]LimiterKey, count)
+		for i := range limits {
+			capacity := 1 + rng.IntN(4)
+			tb := newClockedTB(t, PerSecond(int64(1+rng.IntN(3))), capacity, clock)
+			tb.AllowN(ctx, "k", rng.IntN(capacity+1))
+			limits[i] = LimiterKey{tb, "k"}
+		}
+		before := make([]int, count)
+		for i := range limits {
+			before[i] = peek(t, limits[i].Limiter, "k").Remaining
+		}
+		d, err := AllowAll(ctx, 1, limits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Len() != count {
+			t.Fatalf("seed %d: %d decisions for %d limits", seed, d.Len(), count)
+		}
+		for i := range limits {
+			got, p := d.At(i), peek(t, limits[i].Limiter, "k")
+			if got.Limit != p.Limit || got.Remaining != p.Remaining || got.ResetAfter != p.ResetAfter {
+				t.Errorf("seed %d: limit %d reports %+v, stands at %+v", seed, i, got, p)
+			}
+			if d.Allowed && !got.Allowed {
+				t.Errorf("seed %d: allowed, but limit %d denied: %+v", seed, i, got)
+			}
+			if spent := before[i] - p.Remaining; d.Allowed && spent != 1 || !d.Allowed && spent != 0 {
+				t.Errorf("seed %d: allowed=%v took %d from limit %d", seed, d.Allowed, spent, i)
+			}
+		}
+		// The documented order, written out: a denial first, then the
+		// smallest Remaining, the largest RetryAfter, the smallest Limit,
+		// the first of equals.
+		want, strictest := Decision{Allowed: true}, -1
+		key := func(x Decision) [4]int64 {
+			denied := int64(1)
+			if x.Allowed {
+				denied = 0
+			}
+			return [4]int64{-denied, int64(x.Remaining), -int64(x.RetryAfter), int64(x.Limit)}
+		}
+		for i := range count {
+			if strictest < 0 || less4(key(d.At(i)), key(d.At(strictest))) {
+				strictest = i
+			}
+		}
+		if count > 0 {
+			w := d.At(strictest)
+			want = Decision{Allowed: true, Limit: w.Limit, Remaining: w.Remaining}
+			for i := range count {
+				want.Allowed = want.Allowed && d.At(i).Allowed
+				want.RetryAfter = max(want.RetryAfter, d.At(i).RetryAfter)
+				want.ResetAfter = max(want.ResetAfter, d.At(i).ResetAfter)
+			}
+		}
+		if d.Decision != want || d.Strictest() != strictest {
+			t.Errorf("seed %d: combined %+v (strictest %d), want %+v (strictest %d)", seed, d.Decision, d.Strictest(), want, strictest)
+		}
+	}
+}
+
+func less4(a, b [4]int64) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] < b[i]
+		}
+	}
+	return false
 }

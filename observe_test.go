@@ -424,7 +424,7 @@ func TestShadowInMulti(t *testing.T) {
 	enforced, _ := NewTokenBucket(PerSecond(1), 2, WithClock(clk), WithObserver(&c), WithName("ip"))
 	inner, _ := NewTokenBucket(PerSecond(1), 1, WithClock(clk))
 	sh, _ := NewShadow(inner, WithObserver(&c), WithName("new"))
-	m, err := NewMulti(Part{Limiter: enforced}, Part{Limiter: sh, Global: true})
+	m, err := NewMulti(MultiLimit{Limiter: enforced}, MultiLimit{Limiter: sh, Shared: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,7 +456,7 @@ func TestRulesShadowKeyword(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim := rs.Limits("GET /export")
+	lim := rs.For("GET /export").Rules()
 	if !lim[0].Shadow || lim[1].Shadow || lim[0].text() != "GET /export: 1/m burst 1 per user shadow as export" {
 		t.Fatalf("parsed %+v; text %q", lim, lim[0].text())
 	}
@@ -499,10 +499,10 @@ func TestRulesShadowKeyword(t *testing.T) {
 // cost of the full decision and the event alone), on one key and on
 // 10,000 keys.
 func BenchmarkAllowObserved(b *testing.B) {
-	for _, alg := range allowAlgorithms[:5] {
+	for _, alg := range algorithms {
 		for _, keys := range []int{1, 10_000} {
 			for _, obs := range []string{"none", "noop", "counter"} {
-				lim, err := alg.allow()
+				lim, err := alg.bench.allow()
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -116,12 +116,19 @@ func (r Rule) Window() time.Duration {
 // rules; with none of those either, it is not limited.
 //
 // Build it with NewRules or ParseRules. It is immutable and safe for
-// concurrent use. Most callers want Check, or the httplimit middleware.
+// concurrent use. Most callers want Check, or the httplimit middleware; a
+// caller that looks a class up once and checks it often wants For.
 type Rules struct {
-	rules   []Rule
-	classes map[string][]int // class -> rule indexes in check order
-	every   []int            // the "*" rules
-	built   []Limiter        // limiters NewRules made, for Close
+	classes map[string]*RuleSet
+	every   *RuleSet  // the "*" rules: for classes without rules of their own
+	built   []Limiter // limiters NewRules made, for Close
+}
+
+// RuleSet is the rules one class of requests is checked against, in
+// order: the class's own rules, then the "*" rules. Get it from Rules.For.
+// It is immutable and safe for concurrent use.
+type RuleSet struct {
+	rules []Rule // with defaults filled in
 }
 
 // NewRules returns the given rules, each enforced by rule.Limiter or else
@@ -189,7 +196,9 @@ func (e *ruleError) Unwrap() []error { return []error{ErrInvalidRule, e.err} }
 
 // newRules implements NewRules; where(i) names rule i in errors.
 func newRules(rules []Rule, opts []Option, where func(i int) string) (*Rules, error) {
-	rs := &Rules{classes: make(map[string][]int)}
+	var own map[string][]Rule
+	var every []Rule
+	rs := &Rules{}
 	cfg, _ := newConfig(opts) // for its observer; a bad option fails a bucket's build below
 	names := make(map[string]bool, len(rules))
 	for i, r := range rules {
@@ -241,15 +250,19 @@ func newRules(rules []Rule, opts []Option, where func(i int) string) (*Rules, er
 			}
 			r.Limiter = sh
 		}
-		rs.rules = append(rs.rules, r)
 		if r.Class == "*" {
-			rs.every = append(rs.every, i)
+			every = append(every, r)
 		} else {
-			rs.classes[r.Class] = append(rs.classes[r.Class], i)
+			if own == nil {
+				own = make(map[string][]Rule)
+			}
+			own[r.Class] = append(own[r.Class], r)
 		}
 	}
-	for c, idx := range rs.classes {
-		rs.classes[c] = append(idx, rs.every...)
+	rs.every = &RuleSet{rules: every}
+	rs.classes = make(map[string]*RuleSet, len(own))
+	for c, rules := range own {
+		rs.classes[c] = &RuleSet{rules: append(rules, every...)}
 	}
 	return rs, nil
 }
@@ -371,65 +384,71 @@ func (rs *Rules) Classes() []string {
 	return cs
 }
 
-// Limits returns the rules a request of class is checked against, in the
-// order Check writes their decisions, with defaults filled in. The slice
-// is new; changing it changes nothing.
-func (rs *Rules) Limits(class string) []Rule {
-	idx := rs.indexes(class)
-	out := make([]Rule, len(idx))
-	for i, j := range idx {
-		out[i] = rs.rules[j]
+// For returns the rules a request of class is checked against: the
+// class's own rules, then the "*" rules; for a class without rules of its
+// own, the "*" rules alone. It does not allocate.
+func (rs *Rules) For(class string) *RuleSet {
+	if s, ok := rs.classes[class]; ok {
+		return s
 	}
-	return out
-}
-
-func (rs *Rules) indexes(class string) []int {
-	if idx, ok := rs.classes[class]; ok {
-		return idx
+	if rs.every == nil { // the zero Rules: no rules at all
+		return &noRules
 	}
 	return rs.every
 }
 
-// Check reports whether n requests of class by who may happen now under
-// every rule that applies, all or nothing, and records them under every
-// rule if so; see AllowAll for the combined Decision. If ds is at least as
-// long as Limits(class), ds[i] receives the decision of the i-th rule. If
-// no rule applies, the request is allowed: Decision{Allowed: true}, with
-// Limit 0 saying that no limit applied.
-//
-// A per-user rule with who.User == "" or a per-IP rule with who.IP == ""
-// returns an error matching ErrNoKey, and nothing is recorded. Check does
-// not allocate for up to 8 rules of in-memory limiters.
-func (rs *Rules) Check(ctx context.Context, class string, who Subject, n int, ds []Decision) (Decision, error) {
-	idx := rs.indexes(class)
-	var buf [stackPairs]Pair
-	pairs := buf[:0]
-	if len(idx) > stackPairs {
-		pairs = make([]Pair, 0, len(idx))
-	}
-	for _, j := range idx {
-		r := &rs.rules[j]
-		var key string
-		switch r.Scope {
-		case PerUser:
-			if key = who.User; key == "" {
-				return Decision{}, fmt.Errorf("%w: rule %q counts per user and the request has none", ErrNoKey, r.Name)
-			}
-		case PerIP:
-			if key = who.IP; key == "" {
-				return Decision{}, fmt.Errorf("%w: rule %q counts per client address and the request has none", ErrNoKey, r.Name)
-			}
-		}
-		pairs = append(pairs, Pair{Limiter: r.Limiter, Key: key})
-	}
-	return AllowAll(ctx, n, pairs, ds)
+// noRules is the empty set, for the zero Rules.
+var noRules RuleSet
+
+// Check is shorthand for rs.For(class).Check(ctx, who, n).
+func (rs *Rules) Check(ctx context.Context, class string, who Subject, n int) (MultiDecision, error) {
+	return rs.For(class).Check(ctx, who, n)
 }
 
 // Allow reports whether one request of class by who may happen now under
 // every rule, and records it if so. An error (ErrNoKey) counts as a denial.
 func (rs *Rules) Allow(class string, who Subject) bool {
-	d, err := rs.Check(context.Background(), class, who, 1, nil)
+	d, err := rs.For(class).Check(context.Background(), who, 1)
 	return err == nil && d.Allowed
+}
+
+// Rules returns the rules of the set in the order Check decides them,
+// with defaults filled in: decision i of Check's result is that of rule i.
+// The slice is new; changing it changes nothing.
+func (s *RuleSet) Rules() []Rule { return append([]Rule(nil), s.rules...) }
+
+// Check reports whether n requests by who may happen now under every rule
+// of the set, all or nothing, and records them under every rule if so;
+// the result holds the combined Decision and, at index i, the decision of
+// the i-th rule of Rules (see AllowAll and MultiDecision). An empty set
+// allows every request: its Decision is {Allowed: true}, with Limit 0
+// saying that no limit applied.
+//
+// A per-user rule with who.User == "" or a per-IP rule with who.IP == ""
+// returns an error matching ErrNoKey, and nothing is recorded. Check does
+// not allocate for up to 8 rules of in-memory limiters.
+func (s *RuleSet) Check(ctx context.Context, who Subject, n int) (MultiDecision, error) {
+	var buf [stackPairs]LimiterKey
+	limits := buf[:0]
+	if len(s.rules) > stackPairs {
+		limits = make([]LimiterKey, 0, len(s.rules))
+	}
+	for i := range s.rules {
+		r := &s.rules[i]
+		var key string
+		switch r.Scope {
+		case PerUser:
+			if key = who.User; key == "" {
+				return MultiDecision{}, fmt.Errorf("%w: rule %q counts per user and the request has none", ErrNoKey, r.Name)
+			}
+		case PerIP:
+			if key = who.IP; key == "" {
+				return MultiDecision{}, fmt.Errorf("%w: rule %q counts per client address and the request has none", ErrNoKey, r.Name)
+			}
+		}
+		limits = append(limits, LimiterKey{Limiter: r.Limiter, Key: key})
+	}
+	return AllowAll(ctx, n, limits)
 }
 
 // Close stops the sweepers of the limiters NewRules built, if options

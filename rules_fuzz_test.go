@@ -35,7 +35,7 @@ func FuzzParseRules(f *testing.F) {
 		var b strings.Builder
 		seen := map[string]bool{}
 		for _, c := range classes {
-			for _, r := range rs.Limits(c) {
+			for _, r := range rs.For(c).Rules() {
 				if seen[r.Name] {
 					continue
 				}
@@ -53,7 +53,7 @@ func FuzzParseRules(f *testing.F) {
 		}
 		defer back.Close()
 		for _, c := range classes {
-			got, want := back.Limits(c), rs.Limits(c)
+			got, want := back.For(c).Rules(), rs.For(c).Rules()
 			if len(got) != len(want) {
 				t.Fatalf("class %q: %d rules read back, want %d (config %q, written %q)", c, len(got), len(want), config, b.String())
 			}

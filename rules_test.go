@@ -29,7 +29,7 @@ func TestParseRules(t *testing.T) {
 		{Class: "POST /friends", Name: "friend requests", Rate: PerDay(150), Burst: 150, Scope: PerUser},
 		{Class: "*", Name: "* 10000/s global", Rate: PerSecond(10000), Burst: 10000, Scope: Global},
 	}
-	got := rs.Limits("POST /friends")
+	got := rs.For("POST /friends").Rules()
 	if len(got) != len(want) {
 		t.Fatalf("Limits = %+v", got)
 	}
@@ -43,10 +43,10 @@ func TestParseRules(t *testing.T) {
 			t.Errorf("rule %d has no limiter", i)
 		}
 	}
-	if l := rs.Limits("GET /"); len(l) != 1 || l[0].Class != "*" {
+	if l := rs.For("GET /").Rules(); len(l) != 1 || l[0].Class != "*" {
 		t.Errorf("a class without rules gets %+v, want the * rule", l)
 	}
-	if l := rs.Limits("POST /posts"); len(l) != 2 || l[0].Name != "POST /posts 1/s per user" {
+	if l := rs.For("POST /posts").Rules(); len(l) != 2 || l[0].Name != "POST /posts 1/s per user" {
 		t.Errorf("POST /posts rules: %+v", l)
 	}
 }
@@ -66,7 +66,7 @@ func TestParseRulesSyntax(t *testing.T) {
 			t.Errorf("%q: %v", g.line, err)
 			continue
 		}
-		r := rs.Limits(g.want.Class)[0]
+		r := rs.For(g.want.Class).Rules()[0]
 		r.Limiter = nil
 		if g.want.Name == "" {
 			g.want.Name = r.Name
@@ -209,22 +209,24 @@ func TestRulesCheck(t *testing.T) {
 	}
 	for i, s := range steps {
 		clock.Set(t0.Add(s.at))
-		ds := make([]Decision, len(rs.Limits(s.class)))
-		d, err := rs.Check(ctx, s.class, s.who, 1, ds)
+		d, err := rs.Check(ctx, s.class, s.who, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if d.Allowed != s.allowed || d.RetryAfter != s.retry {
 			t.Errorf("step %d (%v %s %s): got %+v, want allowed=%v retry=%v", i, s.at, s.class, s.who.User, d, s.allowed, s.retry)
 		}
-		if j := Strictest(ds); d.Limit != ds[j].Limit || d.Remaining != ds[j].Remaining {
-			t.Errorf("step %d: combined %+v is not the strictest of %+v", i, d, ds)
+		if d.Len() != len(rs.For(s.class).Rules()) {
+			t.Errorf("step %d: %d decisions for %d rules", i, d.Len(), len(rs.For(s.class).Rules()))
+		}
+		if j := d.Strictest(); d.Limit != d.At(j).Limit || d.Remaining != d.At(j).Remaining {
+			t.Errorf("step %d: combined %+v is not the strictest of %+v", i, d.Decision, d)
 		}
 	}
 	// The like denied by the global limit cost alice nothing: 5 at once
 	// minus the one allowed, plus a second of refill, capped at 5.
 	var likes Limiter
-	for _, r := range rs.Limits("POST /likes") {
+	for _, r := range rs.For("POST /likes").Rules() {
 		if r.Scope == PerUser {
 			likes = r.Limiter
 		}
@@ -238,12 +240,12 @@ func TestRulesCheck(t *testing.T) {
 	carol := Subject{User: "carol"}
 	for i := range 150 {
 		clock.Advance(time.Second) // stay under the global 3/s
-		if d, _ := rs.Check(ctx, "POST /friends", carol, 1, nil); !d.Allowed {
+		if d, _ := rs.Check(ctx, "POST /friends", carol, 1); !d.Allowed {
 			t.Fatalf("friend request %d denied: %+v", i+1, d)
 		}
 	}
 	clock.Advance(time.Second)
-	d, _ := rs.Check(ctx, "POST /friends", carol, 1, nil)
+	d, _ := rs.Check(ctx, "POST /friends", carol, 1)
 	if d.Allowed || d.Limit != 150 || d.RetryAfter != 576*time.Second-150*time.Second {
 		t.Errorf("151st friend request: %+v", d)
 	}
@@ -256,16 +258,16 @@ func TestRulesNoKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := rs.Check(ctx, "POST /posts", Subject{IP: "192.0.2.1"}, 1, nil); !errors.Is(err, ErrNoKey) {
+	if _, err := rs.Check(ctx, "POST /posts", Subject{IP: "192.0.2.1"}, 1); !errors.Is(err, ErrNoKey) {
 		t.Errorf("per-user rule without a user: %v", err)
 	}
-	if _, err := rs.Check(ctx, "GET /feed", Subject{User: "u"}, 1, nil); !errors.Is(err, ErrNoKey) {
+	if _, err := rs.Check(ctx, "GET /feed", Subject{User: "u"}, 1); !errors.Is(err, ErrNoKey) {
 		t.Errorf("per-ip rule without an address: %v", err)
 	}
 	if rs.Allow("POST /posts", Subject{}) {
 		t.Error("Allow without a user allowed")
 	}
-	global := rs.Limits("*")[0].Limiter
+	global := rs.For("*").Rules()[0].Limiter
 	if got := peek(t, global, "").Remaining; got != 10 {
 		t.Errorf("requests without a key consumed the global limit: %d remaining", got)
 	}
@@ -276,8 +278,8 @@ func TestRulesWithoutRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := rs.Check(context.Background(), "GET /", Subject{}, 1, nil)
-	if err != nil || d != (Decision{Allowed: true}) {
+	d, err := rs.Check(context.Background(), "GET /", Subject{}, 1)
+	if err != nil || d.Decision != (Decision{Allowed: true}) {
 		t.Errorf("no rules: %+v, %v", d, err)
 	}
 }
@@ -289,9 +291,72 @@ func TestRulesCheckDoesNotAllocate(t *testing.T) {
 	}
 	ctx := context.Background()
 	who := Subject{User: "alice", IP: "192.0.2.1"}
-	var ds [3]Decision
-	rs.Check(ctx, "POST /posts", who, 1, ds[:])
-	if n := testing.AllocsPerRun(100, func() { rs.Check(ctx, "POST /posts", who, 1, ds[:]) }); n != 0 {
+	set := rs.For("POST /posts")
+	if d, _ := set.Check(ctx, who, 1); d.Len() != 3 {
+		t.Fatalf("%d decisions, want 3", d.Len())
+	}
+	if n := testing.AllocsPerRun(100, func() { rs.Check(ctx, "POST /posts", who, 1) }); n != 0 {
 		t.Errorf("Check allocates %v times", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { set.Check(ctx, who, 1) }); n != 0 {
+		t.Errorf("Check allocates %v times", n)
+	}
+}
+
+// For resolves a class once: the set's rules are the class's own then the
+// "*" rules, a class without rules of its own gets the "*" set itself, and
+// Check's decision i is that of rule i of Rules (each rule here has its own
+// burst, which its decision reports as Limit).
+func TestRuleSet(t *testing.T) {
+	rs, err := ParseRules(`
+		POST /posts: 1/s burst 2 per user
+		POST /posts: 5/s burst 3 per ip   as posts per ip
+		GET /feed:   9/s burst 4 per user
+		*:           7/s burst 5 global
+		*:           8/s burst 6 per ip   as all per ip
+	`, WithClock(NewManualClock(t0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs.For("GET /other") != rs.For("*") || rs.For("") != rs.For("*") {
+		t.Error("a class without rules of its own does not get the \"*\" set")
+	}
+	if n := testing.AllocsPerRun(10, func() { rs.For("POST /posts") }); n != 0 {
+		t.Errorf("For allocates %v times", n)
+	}
+	who := Subject{User: "u", IP: "192.0.2.1"}
+	for class, bursts := range map[string][]int{
+		"POST /posts": {2, 3, 5, 6},
+		"GET /feed":   {4, 5, 6},
+		"GET /other":  {5, 6},
+	} {
+		set := rs.For(class)
+		rules := set.Rules()
+		d, err := set.Check(context.Background(), who, 1)
+		if err != nil || d.Len() != len(bursts) || len(rules) != len(bursts) {
+			t.Fatalf("%s: %d decisions, %d rules, %v; want %d", class, d.Len(), len(rules), err, len(bursts))
+		}
+		for i, b := range bursts {
+			key := map[Scope]string{PerUser: who.User, PerIP: who.IP, Global: ""}[rules[i].Scope]
+			if rules[i].Burst != b || d.At(i).Limit != b || d.At(i).Remaining != peek(t, rules[i].Limiter, key).Remaining {
+				t.Errorf("%s: rule %d has burst %d and decision %+v, want burst %d", class, i, rules[i].Burst, d.At(i), b)
+			}
+		}
+		rules[0].Name = "changed"
+		if set.Rules()[0].Name == "changed" {
+			t.Errorf("%s: changing Rules' slice changed the set", class)
+		}
+	}
+}
+
+// The zero Rules has no rules: every class gets an empty set, which allows.
+func TestZeroRules(t *testing.T) {
+	var rs Rules
+	set := rs.For("GET /")
+	if set == nil || len(set.Rules()) != 0 {
+		t.Fatalf("For on the zero Rules: %v", set)
+	}
+	if d, err := rs.Check(context.Background(), "GET /", Subject{}, 1); err != nil || d.Decision != (Decision{Allowed: true}) || d.Len() != 0 {
+		t.Errorf("Check on the zero Rules: %+v, %v", d, err)
 	}
 }

@@ -119,7 +119,7 @@ func (s *Shadow) Reserve(ctx context.Context, key string, n int) (*Reservation, 
 	if err != nil {
 		return nil, err
 	}
-	clock := clockOfPairs([]Pair{{Limiter: s.lim}})
+	clock := clockOfPairs([]LimiterKey{{Limiter: s.lim}})
 	var cancel func(time.Time)
 	if r != nil {
 		cancel = r.cancelAt

@@ -53,24 +53,22 @@ type vectorResult struct {
 	ResetAfterNs int64 `json:"reset_after_ns"`
 }
 
-// vectorAlgorithms builds each algorithm from a vector file's parameters.
-var vectorAlgorithms = map[string]func(v *vectorFile, clk Clock) (Limiter, error){
-	"tokenbucket": func(v *vectorFile, clk Clock) (Limiter, error) {
-		return NewTokenBucket(v.rate(), v.Capacity, WithClock(clk))
-	},
-	"leakybucket": func(v *vectorFile, clk Clock) (Limiter, error) {
-		return NewLeakyBucket(v.rate(), v.Capacity, WithClock(clk))
-	},
-	"fixedwindow": func(v *vectorFile, clk Clock) (Limiter, error) {
-		return NewFixedWindow(v.rate(), WithClock(clk))
-	},
-	"slidinglog": func(v *vectorFile, clk Clock) (Limiter, error) {
-		return NewSlidingLog(v.rate(), WithClock(clk))
-	},
-	"slidingcounter": func(v *vectorFile, clk Clock) (Limiter, error) {
-		return NewSlidingWindowCounter(v.rate(), WithClock(clk))
-	},
-}
+// vectorAlgorithms builds each algorithm of the registry
+// (algorithms_test.go) from a vector file's parameters, by its name in the
+// files.
+var vectorAlgorithms = func() map[string]func(v *vectorFile, clk Clock) (Limiter, error) {
+	m := map[string]func(v *vectorFile, clk Clock) (Limiter, error){}
+	for _, alg := range algorithms {
+		m[alg.vectors] = func(v *vectorFile, clk Clock) (Limiter, error) {
+			l, err := alg.build(v.rate(), v.Capacity, WithClock(clk))
+			if err != nil {
+				return nil, err
+			}
+			return l, nil
+		}
+	}
+	return m
+}()
 
 func (v *vectorFile) rate() Rate { return Per(v.Rate.N, time.Duration(v.Rate.PeriodNs)) }
 

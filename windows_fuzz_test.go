@@ -92,34 +92,44 @@ func (w *slStepper) equal(o winStepper) bool {
 	return true
 }
 
-// newWinStepper builds algorithm alg%3 from a fuzzed rate, through its
-// constructor so that invalid rates meet the constructor's checks.
+// newWinStepper builds the window algorithm picked by alg (by index, in
+// the registry's order, as the corpus expects) from a fuzzed rate.
 func newWinStepper(alg uint8, rate Rate) (winStepper, error) {
-	switch alg % 3 {
-	case 0:
-		l, err := NewFixedWindow(rate)
-		if err != nil {
-			return nil, err
-		}
-		return &fwStepper{a: l.alg}, nil
-	case 1:
-		// Keep the log small: the fuzzer would otherwise spend its time
-		// allocating rings of a million instants.
-		if rate.N > 1024 {
-			rate.N = 1 + rate.N%1024
-		}
-		l, err := NewSlidingLog(rate)
-		if err != nil {
-			return nil, err
-		}
-		return &slStepper{a: l.alg}, nil
-	default:
-		l, err := NewSlidingWindowCounter(rate)
-		if err != nil {
-			return nil, err
-		}
-		return &swcStepper{a: l.alg}, nil
+	ws := windowAlgorithms()
+	return ws[int(alg)%len(ws)].windowFuzz(rate)
+}
+
+// fuzzFixedWindow, fuzzSlidingLog and fuzzSlidingCounter build the window
+// algorithm's stepper (the windowFuzz of their entry in algorithms_test.go)
+// through its constructor, so that invalid rates meet the constructor's
+// checks.
+func fuzzFixedWindow(rate Rate) (winStepper, error) {
+	l, err := NewFixedWindow(rate)
+	if err != nil {
+		return nil, err
 	}
+	return &fwStepper{a: l.alg}, nil
+}
+
+func fuzzSlidingLog(rate Rate) (winStepper, error) {
+	// Keep the log small: the fuzzer would otherwise spend its time
+	// allocating rings of a million instants.
+	if rate.N > 1024 {
+		rate.N = 1 + rate.N%1024
+	}
+	l, err := NewSlidingLog(rate)
+	if err != nil {
+		return nil, err
+	}
+	return &slStepper{a: l.alg}, nil
+}
+
+func fuzzSlidingCounter(rate Rate) (winStepper, error) {
+	l, err := NewSlidingWindowCounter(rate)
+	if err != nil {
+		return nil, err
+	}
+	return &swcStepper{a: l.alg}, nil
 }
 
 // FuzzWindowStep drives a window algorithm's step with fuzzed rates (tiny

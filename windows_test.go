@@ -415,36 +415,33 @@ func checkExtremes(t *testing.T, lim winLimiter, clock *ManualClock, n int) {
 	}
 }
 
-// windowAlgorithms lists the three window algorithms for the tests they
-// share; each one's own semantics are pinned in its own _test.go file.
-var windowAlgorithms = []struct {
-	name   string
-	new    func(rate Rate, opts ...Option) (winLimiter, error)
+// windowSuite is what the window suite needs of a window algorithm, beside
+// its entry in the registry (algorithms_test.go); each one's own semantics
+// are pinned in its own _test.go file.
+type windowSuite struct {
 	oracle func(limit int, w int64) winOracle
 	// oracleRates are the (limit, window in ns) pairs of the oracle test.
 	oracleRates [][2]int64
-}{
-	{"FixedWindow", asWinLimiter(NewFixedWindow),
-		func(l int, w int64) winOracle { return newFWOracle(l, w) },
-		[][2]int64{{1, 1000}, {3, 1000}, {10, 997}, {5, int64(time.Second)}}},
-	{"SlidingLog", asWinLimiter(NewSlidingLog),
-		func(l int, w int64) winOracle { return newSLOracle(l, w) },
-		[][2]int64{{1, 1000}, {3, 1000}, {10, 997}, {5, int64(time.Second)}}},
-	{"SlidingWindowCounter", asWinLimiter(NewSlidingWindowCounter),
-		func(l int, w int64) winOracle { return newSWCOracle(l, w) },
-		[][2]int64{{1, 1000}, {3, 1000}, {10, 997}, {5, int64(time.Second)}, {4, 3}}},
+	// storm is what the wait storm (hardening_test.go) holds the
+	// successes of many waiters on one key to.
+	storm windowStorm
 }
 
-// asWinLimiter turns a constructor of a concrete limiter into one of a
-// winLimiter (a nil interface, not a typed nil, on error).
-func asWinLimiter[L winLimiter](f func(Rate, ...Option) (L, error)) func(Rate, ...Option) (winLimiter, error) {
-	return func(r Rate, o ...Option) (winLimiter, error) {
-		l, err := f(r, o...)
-		if err != nil {
-			return nil, err
-		}
-		return l, nil
+// windowStorm is a window algorithm's bound on the waiters of one key that
+// succeed.
+type windowStorm struct {
+	fixed bool                         // at most L per window aligned to the epoch
+	slide func(limit int, w int64) int // at most this many in any interval of length W
+	fifo  bool                         // successes in order of arrival
+}
+
+// newWindow builds the window algorithm alg at rate with opts.
+func (alg algorithm) newWindow(rate Rate, opts ...Option) (winLimiter, error) {
+	l, err := alg.build(rate, 0, opts...)
+	if err != nil {
+		return nil, err
 	}
+	return l.(winLimiter), nil
 }
 
 func newTestWindow(t *testing.T, build func(Rate, ...Option) (winLimiter, error), rate Rate, start time.Time, opts ...Option) (winLimiter, *ManualClock) {
@@ -458,29 +455,29 @@ func newTestWindow(t *testing.T, build func(Rate, ...Option) (winLimiter, error)
 }
 
 func TestWindows(t *testing.T) {
-	for _, alg := range windowAlgorithms {
+	for _, alg := range windowAlgorithms() {
 		t.Run(alg.name, func(t *testing.T) {
 			t.Run("InvalidN", func(t *testing.T) {
-				lim, _ := newTestWindow(t, alg.new, PerSecond(3), winT0)
+				lim, _ := newTestWindow(t, alg.newWindow, PerSecond(3), winT0)
 				checkInvalidN(t, lim)
 			})
 			t.Run("WaitN", func(t *testing.T) {
-				lim, clock := newTestWindow(t, alg.new, PerSecond(3), winT0.Add(250*time.Millisecond))
+				lim, clock := newTestWindow(t, alg.newWindow, PerSecond(3), winT0.Add(250*time.Millisecond))
 				checkWaitN(t, lim, clock)
 			})
 			t.Run("OneKeyConcurrent", func(t *testing.T) {
-				lim, _ := newTestWindow(t, alg.new, PerSecond(37), winT0)
+				lim, _ := newTestWindow(t, alg.newWindow, PerSecond(37), winT0)
 				checkOneKeyConcurrent(t, lim)
 			})
 			t.Run("Oracle", func(t *testing.T) {
-				for _, p := range alg.oracleRates {
+				for _, p := range alg.window.oracleRates {
 					limit, w := int(p[0]), p[1]
 					for _, start := range winTraceStarts(w) {
 						t.Run(winName(limit, w, start), func(t *testing.T) {
 							for _, seed := range winSeeds[:3] {
 								rng := winRand(seed)
-								lim, clock := newTestWindow(t, alg.new, Per(int64(limit), time.Duration(w)), time.Unix(0, start))
-								checkWinOracle(t, lim, clock, alg.oracle(limit, w), winTrace(rng, 2000, start, w, limit), rng)
+								lim, clock := newTestWindow(t, alg.newWindow, Per(int64(limit), time.Duration(w)), time.Unix(0, start))
+								checkWinOracle(t, lim, clock, alg.window.oracle(limit, w), winTrace(rng, 2000, start, w, limit), rng)
 							}
 						})
 					}
@@ -490,7 +487,7 @@ func TestWindows(t *testing.T) {
 				const w = int64(1000)
 				for _, seed := range winSeeds {
 					rng := winRand(seed)
-					lim, clock := newTestWindow(t, alg.new, Per(4, time.Duration(w)), winT0)
+					lim, clock := newTestWindow(t, alg.newWindow, Per(4, time.Duration(w)), winT0)
 					checkRetryExact(t, lim, clock, winTrace(rng, 2000, winT0.UnixNano(), w, 4))
 				}
 			})
@@ -501,11 +498,11 @@ func TestWindows(t *testing.T) {
 						rng := winRand(seed)
 						clock := NewManualClock(winT0)
 						rate := Per(int64(limit), time.Duration(w))
-						kept, err := alg.new(rate, WithClock(clock))
+						kept, err := alg.newWindow(rate, WithClock(clock))
 						if err != nil {
 							t.Fatal(err)
 						}
-						swept, err := alg.new(rate, WithClock(clock), WithShards(1))
+						swept, err := alg.newWindow(rate, WithClock(clock), WithShards(1))
 						if err != nil {
 							t.Fatal(err)
 						}

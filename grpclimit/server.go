@@ -255,6 +255,7 @@ type cachedPolicy struct {
 
 // classView is what the metadata says about one class, built once.
 type classView struct {
+	set              *ratelimit.RuleSet // looked up once; decision i is rule i
 	rules            []ratelimit.Rule
 	items            []string // names as sf-strings
 	policy           string   // ratelimit-policy value
@@ -293,16 +294,14 @@ func RulesLimit(rules *ratelimit.Rules, opts ...Option) *ServerLimit {
 	}
 	c := newConfig(forRules, "RulesLimit", opts)
 	s := &ServerLimit{cfg: c, rules: rules, classes: make(map[string]*classView)}
+	s.every = newClassView(rules.For("*"))
+	needUser := s.every.needUser
 	for _, class := range rules.Classes() {
-		s.classes[class] = newClassView(rules.Limits(class))
+		cv := newClassView(rules.For(class))
+		s.classes[class] = cv
+		needUser = needUser || cv.needUser
 	}
-	s.every = newClassView(rules.Limits("*"))
-	for _, cv := range s.classes {
-		if cv.needUser && c.user == nil {
-			panic("grpclimit: rules count per user but no WithUser key function was given")
-		}
-	}
-	if s.every.needUser && c.user == nil {
+	if needUser && c.user == nil {
 		panic("grpclimit: rules count per user but no WithUser key function was given")
 	}
 	return s
@@ -322,10 +321,10 @@ func ConcurrencyLimit(c Concurrency, opts ...Option) *ServerLimit {
 	return &ServerLimit{cfg: newConfig(forConcurrency, "ConcurrencyLimit", opts), conc: c}
 }
 
-func newClassView(rules []ratelimit.Rule) *classView {
-	cv := &classView{rules: rules}
+func newClassView(set *ratelimit.RuleSet) *classView {
+	cv := &classView{set: set, rules: set.Rules()}
 	var policy []string
-	for _, r := range rules {
+	for _, r := range cv.rules {
 		item := sfString(r.Name)
 		cv.items = append(cv.items, item)
 		policy = append(policy, policyItem(item, r.Burst, r.Window()))
@@ -468,26 +467,20 @@ func (s *ServerLimit) checkRules(ctx context.Context, method string, header func
 			return c.onError(ctx, method, err)
 		}
 	}
-	var buf [8]ratelimit.Decision
-	ds := buf[:0]
-	if len(cv.rules) > len(buf) {
-		ds = make([]ratelimit.Decision, 0, len(cv.rules))
-	}
-	ds = ds[:len(cv.rules)]
-	d, err := s.rules.Check(ctx, method, who, 1, ds)
+	d, err := cv.set.Check(ctx, who, 1)
 	if err != nil {
 		return s.failed(ctx, method, err)
 	}
-	i := ratelimit.Strictest(ds)
+	i := d.Strictest()
 	if !d.Allowed || c.metadata {
-		header(rateMetadata(cv.policy, cv.items[i], ds[i], d.RetryAfter))
+		header(rateMetadata(cv.policy, cv.items[i], d.At(i), d.RetryAfter))
 	}
 	if d.Allowed {
 		return nil
 	}
 	var vs []violation
-	for j := range ds {
-		if !ds[j].Allowed {
+	for j := range d.Len() {
+		if !d.At(j).Allowed {
 			r := cv.rules[j]
 			vs = append(vs, violation{name: r.Name, limit: r.Burst, window: r.Window()})
 		}

@@ -30,23 +30,17 @@ type Concurrency interface {
 // "temporary-reduced-capacity" problem; WithBusyHandler: your own).
 //
 // It panics if c is nil.
-func ConcurrencyMiddleware(c Concurrency, opts ...Option) func(http.Handler) http.Handler {
+func ConcurrencyMiddleware(c Concurrency, opts ...ConcurrencyOption) func(http.Handler) http.Handler {
 	if c == nil {
 		panic("httplimit: ConcurrencyMiddleware with a nil Concurrency")
 	}
-	cfg := newConfig(opts)
-	retryAfter := formatSeconds(cfg.busyFor)
+	cfg := newConcurrencyConfig(opts)
+	retryAfter := formatSeconds(cfg.retryAfter)
 	busy := cfg.busy
-	if busy == nil {
-		busy = busyText
-		if cfg.problem {
-			busy = busyProblem
-		}
-	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			ok := false
-			if cfg.busyWait {
+			if cfg.wait {
 				ok = c.Acquire(r.Context()) == nil
 			} else {
 				ok = c.TryAcquire()

@@ -50,41 +50,55 @@ type DeniedFunc func(w http.ResponseWriter, r *http.Request, d Denial)
 // limiter failed (a remote backend unreachable) while failing closed.
 type ErrorFunc func(w http.ResponseWriter, r *http.Request, err error)
 
-// An Option configures the middleware of this package. Each says which
-// middleware reads it; the others ignore it.
-type Option func(*config)
+// The options of this package say, by their type, which middleware reads
+// them: a LimitOption configures Middleware, a RulesOption
+// RulesMiddleware, a ConcurrencyOption ConcurrencyMiddleware. A
+// ResponseOption, how a limited request is answered, configures both
+// Middleware and RulesMiddleware; WithProblemJSON configures all three.
+// Passing an option to a middleware that does not read it does not
+// compile.
 
-// config holds every option with its default, in one place.
-type config struct {
-	key      KeyFunc                    // Middleware: ByIP()
-	user     KeyFunc                    // RulesMiddleware: none
-	ip       KeyFunc                    // RulesMiddleware: ByIP()
-	class    func(*http.Request) string // RulesMiddleware: the rules' own patterns
-	name     string                     // Middleware: "default"
-	window   time.Duration              // Middleware: 0, the limiter's Window
-	headers  Headers                    // IETFHeaders
-	denied   DeniedFunc                 // 429, text or problem+json
-	onError  ErrorFunc                  // 403 for ErrNoKey, else 503
-	problem  bool                       // false: text/plain bodies
-	failOpen bool                       // false: fail closed
-	report   func(*http.Request, error) // with failOpen
-	busy     http.HandlerFunc           // ConcurrencyMiddleware: 503
-	busyWait bool                       // ConcurrencyMiddleware: TryAcquire
-	busyFor  time.Duration              // ConcurrencyMiddleware: 1s
-	logf     func(string)               // the default error handler's log: log.Print
+// A LimitOption configures Middleware.
+type LimitOption interface{ applyLimit(*limitConfig) }
+
+// A RulesOption configures RulesMiddleware.
+type RulesOption interface{ applyRules(*rulesConfig) }
+
+// A ConcurrencyOption configures ConcurrencyMiddleware.
+type ConcurrencyOption interface {
+	applyConcurrency(*concurrencyConfig)
 }
 
-func newConfig(opts []Option) *config {
-	c := &config{name: "default", headers: IETFHeaders, busyFor: time.Second}
-	for _, o := range opts {
-		o(c)
-	}
-	if c.key == nil {
-		c.key = ByIP()
-	}
-	if c.ip == nil {
-		c.ip = ByIP()
-	}
+// A ResponseOption configures how Middleware and RulesMiddleware answer:
+// the headers, the denied and error responses, the failure policy.
+type ResponseOption interface {
+	LimitOption
+	RulesOption
+}
+
+// A CommonOption configures every middleware of this package.
+type CommonOption interface {
+	LimitOption
+	RulesOption
+	ConcurrencyOption
+}
+
+// response is what Middleware and RulesMiddleware read alike: how they
+// answer. The defaults are set by newResponse and finish.
+type response struct {
+	headers  Headers                    // IETFHeaders
+	denied   DeniedFunc                 // 429, text or problem+json
+	onError  ErrorFunc                  // defaultError
+	problem  bool                       // false: text/plain bodies
+	failOpen bool                       // false: fail closed
+	report   func(*http.Request, error) // with failOpen: none
+	logf     func(string)               // defaultError's log: log.Print
+}
+
+func newResponse() response { return response{headers: IETFHeaders} }
+
+// finish fills in the defaults that depend on other options.
+func (c *response) finish() {
 	if c.denied == nil {
 		c.denied = deniedText
 		if c.problem {
@@ -97,14 +111,116 @@ func newConfig(opts []Option) *config {
 	if c.onError == nil {
 		c.onError = defaultError(c.logf)
 	}
+}
+
+// undecided answers a request the middleware could not decide, the one
+// error path of Middleware and RulesMiddleware. If the limiter failed
+// (limiterFailed, and err is not a missing key) and WithFailOpen is set,
+// the request goes on to next, after report; otherwise the error handler
+// answers.
+func (c *response) undecided(w http.ResponseWriter, r *http.Request, next http.Handler, err error, limiterFailed bool) {
+	if limiterFailed && c.failOpen && !errors.Is(err, ErrNoKey) {
+		if c.report != nil {
+			c.report(r, err)
+		}
+		next.ServeHTTP(w, r)
+		return
+	}
+	c.onError(w, r, err)
+}
+
+// limitConfig is what Middleware reads.
+type limitConfig struct {
+	response
+	key    KeyFunc       // ByIP()
+	name   string        // "default"
+	window time.Duration // 0: the limiter's Window
+}
+
+func newLimitConfig(opts []LimitOption) *limitConfig {
+	c := &limitConfig{response: newResponse(), name: "default"}
+	for _, o := range opts {
+		o.applyLimit(c)
+	}
+	if c.key == nil {
+		c.key = ByIP()
+	}
+	c.finish()
 	return c
 }
 
+// rulesConfig is what RulesMiddleware reads.
+type rulesConfig struct {
+	response
+	user  KeyFunc                    // none: per-user rules need WithUser
+	ip    KeyFunc                    // ByIP()
+	class func(*http.Request) string // nil: the rule classes are patterns
+}
+
+func newRulesConfig(opts []RulesOption) *rulesConfig {
+	c := &rulesConfig{response: newResponse()}
+	for _, o := range opts {
+		o.applyRules(c)
+	}
+	if c.ip == nil {
+		c.ip = ByIP()
+	}
+	c.finish()
+	return c
+}
+
+// concurrencyConfig is what ConcurrencyMiddleware reads.
+type concurrencyConfig struct {
+	busy       http.HandlerFunc // 503, text or problem+json
+	problem    bool             // false: a text/plain body
+	wait       bool             // false: TryAcquire
+	retryAfter time.Duration    // 1s
+}
+
+func newConcurrencyConfig(opts []ConcurrencyOption) *concurrencyConfig {
+	c := &concurrencyConfig{retryAfter: time.Second}
+	for _, o := range opts {
+		o.applyConcurrency(c)
+	}
+	if c.busy == nil {
+		c.busy = busyText
+		if c.problem {
+			c.busy = busyProblem
+		}
+	}
+	return c
+}
+
+type limitOption func(*limitConfig)
+
+func (f limitOption) applyLimit(c *limitConfig) { f(c) }
+
+type rulesOption func(*rulesConfig)
+
+func (f rulesOption) applyRules(c *rulesConfig) { f(c) }
+
+type concurrencyOption func(*concurrencyConfig)
+
+func (f concurrencyOption) applyConcurrency(c *concurrencyConfig) { f(c) }
+
+type responseOption func(*response)
+
+func (f responseOption) applyLimit(c *limitConfig) { f(&c.response) }
+func (f responseOption) applyRules(c *rulesConfig) { f(&c.response) }
+
+type problemOption struct{}
+
+func (problemOption) applyLimit(c *limitConfig)             { c.problem = true }
+func (problemOption) applyRules(c *rulesConfig)             { c.problem = true }
+func (problemOption) applyConcurrency(c *concurrencyConfig) { c.problem = true }
+
 // withLog replaces the default error handler's log (tests).
-func withLog(f func(string)) Option { return func(c *config) { c.logf = f } }
+func withLog(f func(string)) ResponseOption {
+	return responseOption(func(c *response) { c.logf = f })
+}
 
 // WithKey sets Middleware's key function (default ByIP()).
-func WithKey(f KeyFunc) Option { return func(c *config) { c.key = f } }
+func WithKey(f KeyFunc) LimitOption { return limitOption(func(c *limitConfig) { c.key = f }) }
 
 // WithPolicy names Middleware's limit in the RateLimit headers (default
 // "default") and gives its window, the w of RateLimit-Policy, rounded up to
@@ -112,18 +228,18 @@ func WithKey(f KeyFunc) Option { return func(c *config) { c.key = f } }
 // has a Window method as the limiters of package ratelimit do (how long an
 // empty allowance takes to refill); a negative window writes no w. The
 // quota q is the Decision's Limit.
-func WithPolicy(name string, window time.Duration) Option {
-	return func(c *config) { c.name, c.window = name, window }
+func WithPolicy(name string, window time.Duration) LimitOption {
+	return limitOption(func(c *limitConfig) { c.name, c.window = name, window })
 }
 
 // WithUser sets RulesMiddleware's key function for per-user rules, such as
 // ByUser(f). A request it finds no user for gets the error handler when a
 // per-user rule applies. Rules with per-user limits require it.
-func WithUser(f KeyFunc) Option { return func(c *config) { c.user = f } }
+func WithUser(f KeyFunc) RulesOption { return rulesOption(func(c *rulesConfig) { c.user = f }) }
 
 // WithClientIP sets RulesMiddleware's key function for per-IP rules
 // (default ByIP()).
-func WithClientIP(f KeyFunc) Option { return func(c *config) { c.ip = f } }
+func WithClientIP(f KeyFunc) RulesOption { return rulesOption(func(c *rulesConfig) { c.ip = f }) }
 
 // WithClass sets how RulesMiddleware names a request's class, for classes
 // that are not ServeMux patterns (default: the rule classes are patterns,
@@ -132,7 +248,9 @@ func WithClientIP(f KeyFunc) Option { return func(c *config) { c.ip = f } }
 // and "" means f could not tell, which the middleware refuses with an
 // error matching ErrNoClass (by default 500 Internal Server Error, logged)
 // rather than let the request through unlimited.
-func WithClass(f func(r *http.Request) string) Option { return func(c *config) { c.class = f } }
+func WithClass(f func(r *http.Request) string) RulesOption {
+	return rulesOption(func(c *rulesConfig) { c.class = f })
+}
 
 // ErrNoClass means RulesMiddleware could not tell a request's class: its
 // WithClass function returned "". The request is refused through the
@@ -141,46 +259,59 @@ var ErrNoClass = errors.New("httplimit: the class function named no class for th
 
 // WithHeaders selects the rate-limit headers written on every response
 // (default IETFHeaders; 0 writes none but Retry-After on denials).
-func WithHeaders(h Headers) Option { return func(c *config) { c.headers = h } }
+func WithHeaders(h Headers) ResponseOption {
+	return responseOption(func(c *response) { c.headers = h })
+}
 
 // WithDeniedHandler replaces the response to a denied request (default: 429
 // Too Many Requests with a one-line text body, or problem+json with
 // WithProblemJSON).
-func WithDeniedHandler(f DeniedFunc) Option { return func(c *config) { c.denied = f } }
+func WithDeniedHandler(f DeniedFunc) ResponseOption {
+	return responseOption(func(c *response) { c.denied = f })
+}
 
 // WithProblemJSON makes the default denied response an RFC 9457
 // application/problem+json body of the draft's "quota-exceeded" type,
 // listing the violated policies; and the default busy response one of
 // its "temporary-reduced-capacity" type.
-func WithProblemJSON() Option { return func(c *config) { c.problem = true } }
+func WithProblemJSON() CommonOption { return problemOption{} }
 
 // WithErrorHandler replaces the response to a request the middleware could
 // not decide. The default answers 403 Forbidden to a request without a key
-// (ErrNoKey) and 503 Service Unavailable with Retry-After: 1 to a limiter
-// error.
-func WithErrorHandler(f ErrorFunc) Option { return func(c *config) { c.onError = f } }
+// (ErrNoKey), 500 Internal Server Error to one without a class
+// (ErrNoClass), and 503 Service Unavailable with Retry-After: 1 to a
+// limiter error.
+func WithErrorHandler(f ErrorFunc) ResponseOption {
+	return responseOption(func(c *response) { c.onError = f })
+}
 
 // WithFailOpen lets requests through, without rate-limit headers, when the
 // limiter fails (a remote backend unreachable), after calling report (if
 // not nil) with the error. The default fails closed: the error handler
 // answers. A request without a key is refused either way.
-func WithFailOpen(report func(r *http.Request, err error)) Option {
-	return func(c *config) { c.failOpen, c.report = true, report }
+func WithFailOpen(report func(r *http.Request, err error)) ResponseOption {
+	return responseOption(func(c *response) { c.failOpen, c.report = true, report })
 }
 
 // WithBusyHandler replaces ConcurrencyMiddleware's response when no permit
 // is free (default: 503 Service Unavailable with a one-line body).
 // Retry-After is already set.
-func WithBusyHandler(f http.HandlerFunc) Option { return func(c *config) { c.busy = f } }
+func WithBusyHandler(f http.HandlerFunc) ConcurrencyOption {
+	return concurrencyOption(func(c *concurrencyConfig) { c.busy = f })
+}
 
 // WithWait makes ConcurrencyMiddleware wait for a permit with Acquire, as
 // far as the bulkhead's own bounds on waiting and the request's context
 // allow, instead of answering at once when none is free.
-func WithWait() Option { return func(c *config) { c.busyWait = true } }
+func WithWait() ConcurrencyOption {
+	return concurrencyOption(func(c *concurrencyConfig) { c.wait = true })
+}
 
 // WithRetryAfter sets the Retry-After of ConcurrencyMiddleware's 503,
 // rounded up to whole seconds (default 1s).
-func WithRetryAfter(d time.Duration) Option { return func(c *config) { c.busyFor = d } }
+func WithRetryAfter(d time.Duration) ConcurrencyOption {
+	return concurrencyOption(func(c *concurrencyConfig) { c.retryAfter = d })
+}
 
 // Middleware returns middleware that limits each request by lim under the
 // key of WithKey (default: the client's IP address), one event a request.
@@ -203,11 +334,11 @@ func WithRetryAfter(d time.Duration) Option { return func(c *config) { c.busyFor
 // On the allowed path it allocates nothing but the headers it writes (two
 // allocations) and what lim and the key function do (ByIP: nothing for
 // IPv4). It panics if lim is nil.
-func Middleware(lim ratelimit.Limiter, opts ...Option) func(http.Handler) http.Handler {
+func Middleware(lim ratelimit.Limiter, opts ...LimitOption) func(http.Handler) http.Handler {
 	if lim == nil {
 		panic("httplimit: Middleware with a nil limiter")
 	}
-	c := newConfig(opts)
+	c := newLimitConfig(opts)
 	m := &limitMiddleware{cfg: c, lim: lim, item: sfString(c.name), names: []string{c.name}, window: c.window}
 	_, m.shadow = lim.(*ratelimit.Shadow)
 	if w, ok := lim.(interface{ Window() time.Duration }); ok && m.window == 0 {
@@ -219,7 +350,7 @@ func Middleware(lim ratelimit.Limiter, opts ...Option) func(http.Handler) http.H
 }
 
 type limitMiddleware struct {
-	cfg    *config
+	cfg    *limitConfig
 	lim    ratelimit.Limiter
 	item   string
 	names  []string
@@ -248,19 +379,12 @@ func (m *limitMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 	c := m.cfg
 	key, err := c.key(r)
 	if err != nil {
-		c.onError(w, r, err)
+		c.undecided(w, r, next, err, false)
 		return
 	}
 	d, err := m.lim.AllowN(r.Context(), key, 1)
 	if err != nil {
-		if c.failOpen {
-			if c.report != nil {
-				c.report(r, err)
-			}
-			next.ServeHTTP(w, r)
-			return
-		}
-		c.onError(w, r, err)
+		c.undecided(w, r, next, err, true)
 		return
 	}
 	if m.shadow {
@@ -327,22 +451,20 @@ func (m *limitMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 //
 // Errors are handled as by Middleware. It panics if rules is nil, or if
 // some rule counts per user and WithUser is not given.
-func RulesMiddleware(rules *ratelimit.Rules, opts ...Option) func(http.Handler) http.Handler {
+func RulesMiddleware(rules *ratelimit.Rules, opts ...RulesOption) func(http.Handler) http.Handler {
 	if rules == nil {
 		panic("httplimit: RulesMiddleware with nil rules")
 	}
-	c := newConfig(opts)
-	m := &rulesMiddleware{cfg: c, rules: rules, classes: make(map[string]*classView)}
+	c := newRulesConfig(opts)
+	m := &rulesMiddleware{cfg: c, classes: make(map[string]*classView)}
+	m.every = newClassView(rules.For("*"))
+	needUser := m.every.needUser
 	for _, class := range rules.Classes() {
-		m.classes[class] = newClassView(rules.Limits(class))
+		cv := newClassView(rules.For(class))
+		m.classes[class] = cv
+		needUser = needUser || cv.needUser
 	}
-	m.every = newClassView(rules.Limits("*"))
-	for _, cv := range m.classes {
-		if cv.needUser && c.user == nil {
-			panic("httplimit: rules count per user but no WithUser key function was given")
-		}
-	}
-	if m.every.needUser && c.user == nil {
+	if needUser && c.user == nil {
 		panic("httplimit: rules count per user but no WithUser key function was given")
 	}
 	if c.class == nil {
@@ -384,15 +506,17 @@ func patternMux(classes []string) *http.ServeMux {
 }
 
 type rulesMiddleware struct {
-	cfg      *config
-	rules    *ratelimit.Rules
+	cfg      *rulesConfig
 	classes  map[string]*classView
 	every    *classView     // classes without rules of their own
 	patterns *http.ServeMux // the rule classes as patterns; nil with WithClass
 }
 
-// classView is what the headers say about one class, built once.
+// classView is one class's rules, looked up once, and what the headers say
+// about them, built once: index i of names and items is rule i of set, and
+// decision i of set.Check.
 type classView struct {
+	set              *ratelimit.RuleSet
 	names            []string
 	items            []string // names as sf-strings
 	policy           string   // RateLimit-Policy value, shadow rules left out
@@ -400,9 +524,9 @@ type classView struct {
 	needUser, needIP bool
 }
 
-func newClassView(rules []ratelimit.Rule) *classView {
-	cv := &classView{}
-	for _, r := range rules {
+func newClassView(set *ratelimit.RuleSet) *classView {
+	cv := &classView{set: set}
+	for _, r := range set.Rules() {
 		item := sfString(r.Name)
 		cv.names = append(cv.names, r.Name)
 		cv.items = append(cv.items, item)
@@ -425,7 +549,7 @@ func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 	var class string
 	if c.class != nil {
 		if class = c.class(r); class == "" {
-			c.onError(w, r, ErrNoClass)
+			c.undecided(w, r, next, ErrNoClass, false)
 			return
 		}
 	} else {
@@ -443,49 +567,36 @@ func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 	var err error
 	if cv.needUser {
 		if who.User, err = c.user(r); err != nil {
-			c.onError(w, r, err)
+			c.undecided(w, r, next, err, false)
 			return
 		}
 	}
 	if cv.needIP {
 		if who.IP, err = c.ip(r); err != nil {
-			c.onError(w, r, err)
+			c.undecided(w, r, next, err, false)
 			return
 		}
 	}
-	var buf [8]ratelimit.Decision
-	ds := buf[:0]
-	if len(cv.names) > len(buf) {
-		ds = make([]ratelimit.Decision, 0, len(cv.names))
-	}
-	ds = ds[:len(cv.names)]
-	d, err := m.rules.Check(r.Context(), class, who, 1, ds)
+	d, err := cv.set.Check(r.Context(), who, 1)
 	if err != nil {
-		if c.failOpen && !errors.Is(err, ErrNoKey) {
-			if c.report != nil {
-				c.report(r, err)
-			}
-			next.ServeHTTP(w, r)
-			return
-		}
-		c.onError(w, r, err)
+		c.undecided(w, r, next, err, true)
 		return
 	}
-	if cv.shadows == len(ds) { // only shadow rules: nothing to tell the client
+	if cv.shadows == len(cv.names) { // only shadow rules: nothing to tell the client
 		next.ServeHTTP(w, r)
 		return
 	}
-	i := ratelimit.Strictest(ds) // never a shadow rule's: its Decision bounds nothing
-	v := view{policy: cv.policy, item: cv.items[i], d: ds[i], retry: d.RetryAfter, denied: !d.Allowed}
+	i := d.Strictest() // never a shadow rule's: its Decision bounds nothing
+	v := view{policy: cv.policy, item: cv.items[i], d: d.At(i), retry: d.RetryAfter, denied: !d.Allowed}
 	write(w.Header(), c.headers, &v)
 	if !d.Allowed {
 		var violated []string
-		for j := range ds {
-			if !ds[j].Allowed {
+		for j := range d.Len() {
+			if !d.At(j).Allowed {
 				violated = append(violated, cv.names[j])
 			}
 		}
-		c.denied(w, r, Denial{Decision: d, Policies: violated})
+		c.denied(w, r, Denial{Decision: d.Decision, Policies: violated})
 		return
 	}
 	next.ServeHTTP(w, r)

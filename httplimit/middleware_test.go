@@ -228,7 +228,7 @@ func TestMiddlewareErrors(t *testing.T) {
 	lim := tokenBucket(t, ratelimit.PerSecond(1), 1, clock)
 
 	// No key: refused, never unlimited, even when failing open.
-	for _, opts := range [][]Option{nil, {WithFailOpen(nil)}} {
+	for _, opts := range [][]LimitOption{nil, {WithFailOpen(nil)}} {
 		h := Middleware(lim, append(opts, WithKey(ByHeader("X-Api-Key")))...)(okHandler)
 		if w := serve(h, "GET", "/", "192.0.2.1:1"); w.Code != 403 {
 			t.Errorf("no key: %d", w.Code)
@@ -347,7 +347,7 @@ func TestRulesMiddleware(t *testing.T) {
 	}
 	// bob's denied post left his allowance whole.
 	var posts ratelimit.Limiter
-	for _, r := range rules.Limits("POST /posts") {
+	for _, r := range rules.For("POST /posts").Rules() {
 		if r.Name == "posts" {
 			posts = r.Limiter
 		}
@@ -433,7 +433,7 @@ func TestSFString(t *testing.T) {
 // cannot say gets none.
 func TestMiddlewarePolicyWindow(t *testing.T) {
 	clock := ratelimit.NewManualClock(t0)
-	multi, err := ratelimit.NewMulti(ratelimit.Part{Limiter: tokenBucket(t, ratelimit.PerSecond(1), 2, clock)})
+	multi, err := ratelimit.NewMulti(ratelimit.MultiLimit{Limiter: tokenBucket(t, ratelimit.PerSecond(1), 2, clock)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,14 +441,14 @@ func TestMiddlewarePolicyWindow(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		lim  ratelimit.Limiter
-		opts []Option
+		opts []LimitOption
 		want string
 	}{
 		{"token bucket", tokenBucket(t, ratelimit.PerSecond(1), 2, clock), nil, `"default";q=2;w=2`},
-		{"token bucket, named", tokenBucket(t, ratelimit.Per(3, 2*time.Second), 2, clock), []Option{WithPolicy("api", 0)}, `"api";q=2;w=2`}, // 1⅓s, rounded up
+		{"token bucket, named", tokenBucket(t, ratelimit.Per(3, 2*time.Second), 2, clock), []LimitOption{WithPolicy("api", 0)}, `"api";q=2;w=2`}, // 1⅓s, rounded up
 		{"fixed window", fw, nil, `"default";q=100;w=60`},
-		{"given", tokenBucket(t, ratelimit.PerSecond(1), 2, clock), []Option{WithPolicy("api", time.Hour)}, `"api";q=2;w=3600`},
-		{"none", tokenBucket(t, ratelimit.PerSecond(1), 2, clock), []Option{WithPolicy("api", -1)}, `"api";q=2`},
+		{"given", tokenBucket(t, ratelimit.PerSecond(1), 2, clock), []LimitOption{WithPolicy("api", time.Hour)}, `"api";q=2;w=3600`},
+		{"none", tokenBucket(t, ratelimit.PerSecond(1), 2, clock), []LimitOption{WithPolicy("api", -1)}, `"api";q=2`},
 		{"no Window method", multi, nil, `"default";q=2`},
 	} {
 		w := serve(Middleware(tc.lim, tc.opts...)(okHandler), "GET", "/", "192.0.2.1:1")

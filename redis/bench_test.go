@@ -74,29 +74,13 @@ func BenchmarkPingBaseline(b *testing.B) {
 	})
 }
 
-// benchAlgorithms builds each algorithm for the benchmarks, at rates that
-// allow most calls; the window algorithms' test files add theirs.
-type benchAlgo struct {
-	name  string
-	build builder
-}
-
-var benchAlgorithms = []benchAlgo{
-	{"TokenBucket", func(c Client, opts ...Option) (ratelimit.Limiter, error) {
-		return NewTokenBucket(c, ratelimit.PerSecond(1_000_000), 1000, opts...)
-	}},
-	{"LeakyBucket", func(c Client, opts ...Option) (ratelimit.Limiter, error) {
-		return NewLeakyBucket(c, ratelimit.PerSecond(1_000_000), 1000, opts...)
-	}},
-}
-
 // BenchmarkAlgorithms measures Allow on 1024 keys per algorithm, with a
 // client that bounds I/O by the context (the direct path).
 func BenchmarkAlgorithms(b *testing.B) {
 	c := newClient(b, redisAddr(b), true)
-	for _, a := range benchAlgorithms {
+	for _, a := range testAlgorithms {
 		b.Run(a.name, func(b *testing.B) {
-			lim, err := a.build(c, WithPrefix(testPrefix(b)), WithFailurePolicy(FailClosed))
+			lim, err := a.builder(a.bench)(c, WithPrefix(testPrefix(b)), WithFailurePolicy(FailClosed))
 			if err != nil {
 				b.Fatal(err)
 			}

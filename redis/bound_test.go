@@ -145,27 +145,16 @@ func slidingBound(w time.Duration, limit int64) func([]booked) error {
 	}
 }
 
+// boundCases lists every algorithm of testAlgorithms (algorithms_test.go)
+// with the parameters and the bound of its entry.
 func boundCases() []boundCase {
-	tb := func(rate ratelimit.Rate, c int) boundCase {
-		return boundCase{tokenBucketCase(rate, c), tokenBound(rate, c)}
+	var cs []boundCase
+	for _, a := range testAlgorithms {
+		for _, p := range a.bounds {
+			cs = append(cs, boundCase{a.conformanceCase(p), a.bound(p)})
+		}
 	}
-	lb := func(rate ratelimit.Rate, c int) boundCase {
-		return boundCase{leakyBucketCase(rate, c), leakyBound(rate)}
-	}
-	fw := ratelimit.Per(3, time.Second)
-	sl := ratelimit.Per(3, time.Second)
-	swc := ratelimit.Per(4, time.Second)
-	return []boundCase{
-		tb(ratelimit.PerSecond(10), 1),
-		tb(ratelimit.Per(7, 2*time.Second), 3),
-		tb(ratelimit.PerSecond(3), 5),
-		lb(ratelimit.PerSecond(10), 3),
-		lb(ratelimit.Per(7, 2*time.Second), 2),
-		{windowCase("FixedWindow", fw, wrapCore(ratelimit.NewFixedWindow), wrapRedis(NewFixedWindow)), fixedWindowBound(fw)},
-		{windowCase("SlidingLog", sl, wrapCore(ratelimit.NewSlidingLog), wrapRedis(NewSlidingLog)), slidingBound(sl.Period, sl.N)},
-		{windowCase("SlidingWindowCounter", swc, wrapCore(ratelimit.NewSlidingWindowCounter), wrapRedis(NewSlidingWindowCounter)),
-			slidingBound(swc.Period, 2*swc.N-(2*swc.N+int64(swc.Period)-1)/int64(swc.Period))},
-	}
+	return cs
 }
 
 func TestBoundsUnderReserveAndCancel(t *testing.T) {

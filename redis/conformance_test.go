@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -29,74 +28,16 @@ type algoCase struct {
 	redis builder
 }
 
-// windowCase is the case of a window algorithm of the given rate, built by
-// core in memory and by redis on Redis.
-func windowCase(name string, rate ratelimit.Rate,
-	core func(ratelimit.Rate, ...ratelimit.Option) (ratelimit.Limiter, error),
-	redis func(Client, ratelimit.Rate, ...Option) (ratelimit.Limiter, error)) algoCase {
-	return algoCase{
-		name:  fmt.Sprintf("%s(%v)", name, rate),
-		limit: int(rate.N),
-		step:  rate.Period / time.Duration(rate.N),
-		core: func(clk ratelimit.Clock) (ratelimit.Limiter, error) {
-			return core(rate, ratelimit.WithClock(clk))
-		},
-		redis: func(c Client, opts ...Option) (ratelimit.Limiter, error) {
-			return redis(c, rate, opts...)
-		},
-	}
-}
-
-func tokenBucketCase(rate ratelimit.Rate, capacity int) algoCase {
-	return algoCase{
-		name:  fmt.Sprintf("TokenBucket(%v,%d)", rate, capacity),
-		limit: capacity,
-		step:  rate.Period / time.Duration(rate.N),
-		core: func(clk ratelimit.Clock) (ratelimit.Limiter, error) {
-			return ratelimit.NewTokenBucket(rate, capacity, ratelimit.WithClock(clk))
-		},
-		redis: func(c Client, opts ...Option) (ratelimit.Limiter, error) {
-			return NewTokenBucket(c, rate, capacity, opts...)
-		},
-	}
-}
-
-func leakyBucketCase(rate ratelimit.Rate, capacity int) algoCase {
-	return algoCase{
-		name:  fmt.Sprintf("LeakyBucket(%v,%d)", rate, capacity),
-		limit: capacity,
-		step:  rate.Period / time.Duration(rate.N),
-		core: func(clk ratelimit.Clock) (ratelimit.Limiter, error) {
-			return ratelimit.NewLeakyBucket(rate, capacity, ratelimit.WithClock(clk))
-		},
-		redis: func(c Client, opts ...Option) (ratelimit.Limiter, error) {
-			return NewLeakyBucket(c, rate, capacity, opts...)
-		},
-	}
-}
-
-// extraCases holds the cases the other algorithms' test files add.
-var extraCases []algoCase
-
-// conformanceCases lists every algorithm with parameters chosen to hit
-// exact fractions (3/s), slow rates, bursts and single-event limits.
+// conformanceCases lists every algorithm with the parameters of its
+// entry in algorithms (algorithms_test.go).
 func conformanceCases() []algoCase {
-	return append([]algoCase{
-		tokenBucketCase(ratelimit.PerSecond(3), 5),
-		tokenBucketCase(ratelimit.Per(7, 2*time.Second), 1),
-		tokenBucketCase(ratelimit.PerDay(150), 150),
-		tokenBucketCase(ratelimit.PerSecond(1_000_000_007), 40),
-		tokenBucketCase(ratelimit.PerDay(1), 35),
-		leakyBucketCase(ratelimit.PerSecond(3), 5),
-		leakyBucketCase(ratelimit.Per(7, 2*time.Second), 1),
-		leakyBucketCase(ratelimit.PerDay(150), 150),
-		leakyBucketCase(ratelimit.PerSecond(1_000_000_007), 40),
-		leakyBucketCase(ratelimit.Per(1, 7*time.Nanosecond), 3),
-		// Numerators past 10^14, which Lua's number-to-string would print
-		// in exponent form.
-		tokenBucketCase(ratelimit.Per(1<<52-3, 30*24*time.Hour), 40),
-		leakyBucketCase(ratelimit.Per(1<<52-3, 30*24*time.Hour), 40),
-	}, extraCases...)
+	var cs []algoCase
+	for _, a := range testAlgorithms {
+		for _, p := range a.conformance {
+			cs = append(cs, a.conformanceCase(p))
+		}
+	}
+	return cs
 }
 
 // pairFor builds the two limiters of c on clock mc, the Redis one on client.
@@ -257,27 +198,5 @@ func runTrace(t *testing.T, c algoCase, mc *ratelimit.ManualClock, core, rds rat
 	// A trace that never allows or never denies tests little.
 	if allowed == 0 || denied == 0 || booked == 0 {
 		t.Errorf("trace too one-sided: %d allowed, %d denied, %d booked", allowed, denied, booked)
-	}
-}
-
-// wrapCore and wrapRedis turn a constructor of a concrete limiter into one
-// of a ratelimit.Limiter (a nil interface, not a typed nil, on error).
-func wrapCore[L ratelimit.Limiter](f func(ratelimit.Rate, ...ratelimit.Option) (L, error)) func(ratelimit.Rate, ...ratelimit.Option) (ratelimit.Limiter, error) {
-	return func(r ratelimit.Rate, o ...ratelimit.Option) (ratelimit.Limiter, error) {
-		l, err := f(r, o...)
-		if err != nil {
-			return nil, err
-		}
-		return l, nil
-	}
-}
-
-func wrapRedis[L ratelimit.Limiter](f func(Client, ratelimit.Rate, ...Option) (L, error)) func(Client, ratelimit.Rate, ...Option) (ratelimit.Limiter, error) {
-	return func(c Client, r ratelimit.Rate, o ...Option) (ratelimit.Limiter, error) {
-		l, err := f(c, r, o...)
-		if err != nil {
-			return nil, err
-		}
-		return l, nil
 	}
 }

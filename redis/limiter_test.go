@@ -212,25 +212,6 @@ func TestTTL(t *testing.T) {
 // builder builds a limiter on Redis.
 type builder func(c Client, opts ...Option) (ratelimit.Limiter, error)
 
-type hammerAlgo struct {
-	name  string
-	exact bool // exactly the limit is allowed (else at most)
-	build builder
-}
-
-// hammerAlgorithms builds each algorithm with a limit of 25 per key and a
-// period so long that nothing refills during the test; the window
-// algorithms' test files add theirs.
-var hammerAlgorithms = []hammerAlgo{
-	{"TokenBucket", true, func(c Client, opts ...Option) (ratelimit.Limiter, error) {
-		return NewTokenBucket(c, ratelimit.PerHour(1), 25, opts...)
-	}},
-	// A leaky bucket lets an event through only when its queue is empty.
-	{"LeakyBucket", false, func(c Client, opts ...Option) (ratelimit.Limiter, error) {
-		return NewLeakyBucket(c, ratelimit.PerHour(1), 25, opts...)
-	}},
-}
-
 // TestTwoInstancesNeverExceedTheLimit runs two limiters on two clients,
 // as two service replicas, hammering the same keys from several
 // goroutines each: in total, never more than the limit per key is allowed
@@ -238,12 +219,12 @@ var hammerAlgorithms = []hammerAlgo{
 func TestTwoInstancesNeverExceedTheLimit(t *testing.T) {
 	addr := redisAddr(t)
 	const limit, keys, workers, calls = 25, 3, 4, 50
-	for _, a := range hammerAlgorithms {
+	for _, a := range testAlgorithms {
 		prefix := testPrefix(t) + a.name + ":"
 		var lims [2]ratelimit.Limiter
 		for i := range lims {
 			var err error
-			lims[i], err = a.build(newClient(t, addr, true), WithPrefix(prefix), WithTimeout(5*time.Second),
+			lims[i], err = a.builder(a.hammer)(newClient(t, addr, true), WithPrefix(prefix), WithTimeout(5*time.Second),
 				WithFailurePolicy(FailClosed), WithOnError(func(key string, err error) { t.Errorf("%q: %v", key, err) }))
 			if err != nil {
 				t.Fatal(err)
@@ -272,7 +253,7 @@ func TestTwoInstancesNeverExceedTheLimit(t *testing.T) {
 		wg.Wait()
 		for k := range allowed {
 			got := allowed[k].Load()
-			if got > limit || (a.exact && got != limit) || got == 0 {
+			if got > limit || (a.hammerExact && got != limit) || got == 0 {
 				t.Errorf("%s, key k%d: %d events allowed in total, limit %d", a.name, k, got, limit)
 			}
 		}

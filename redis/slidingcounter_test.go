@@ -4,34 +4,7 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"testing"
-	"time"
-
-	"github.com/ratelimitkit/ratelimit"
 )
-
-func init() {
-	hammerAlgorithms = append(hammerAlgorithms, hammerAlgo{"SlidingWindowCounter", true, func(c Client, opts ...Option) (ratelimit.Limiter, error) {
-		return NewSlidingWindowCounter(c, ratelimit.Per(25, 35*24*time.Hour), opts...)
-	}})
-	benchAlgorithms = append(benchAlgorithms, benchAlgo{"SlidingWindowCounter", func(c Client, opts ...Option) (ratelimit.Limiter, error) {
-		return NewSlidingWindowCounter(c, ratelimit.PerSecond(1_000_000), opts...)
-	}})
-	extraCases = append(extraCases,
-		slidingCounterCase(ratelimit.PerSecond(5)),
-		slidingCounterCase(ratelimit.Per(3, 1500*time.Millisecond)),
-		slidingCounterCase(ratelimit.Per(4, 7*time.Nanosecond)),
-		slidingCounterCase(ratelimit.Per(100, 24*time.Hour+1)),
-		slidingCounterCase(ratelimit.Per(1<<40, 35*24*time.Hour)),
-		slidingCounterCase(ratelimit.Per(999_999_937, 3*time.Second+7)),
-	)
-	vectorAlgorithms["slidingcounter"] = func(v *vectorFile, c Client, opts ...Option) (ratelimit.Limiter, error) {
-		return NewSlidingWindowCounter(c, ratelimit.Per(v.Rate.N, time.Duration(v.Rate.PeriodNs)), opts...)
-	}
-}
-
-func slidingCounterCase(rate ratelimit.Rate) algoCase {
-	return windowCase("SlidingWindowCounter", rate, wrapCore(ratelimit.NewSlidingWindowCounter), wrapRedis(NewSlidingWindowCounter))
-}
 
 // TestLuaCounterMath checks earliest and remaining, whose quotients come
 // from a floating-point estimate corrected by exact comparisons, against

@@ -45,15 +45,17 @@ type vectorResult struct {
 	ResetAfterNs int64 `json:"reset_after_ns"`
 }
 
-// vectorAlgorithms builds each algorithm on Redis from a vector file.
-var vectorAlgorithms = map[string]func(v *vectorFile, c Client, opts ...Option) (ratelimit.Limiter, error){
-	"tokenbucket": func(v *vectorFile, c Client, opts ...Option) (ratelimit.Limiter, error) {
-		return NewTokenBucket(c, ratelimit.Per(v.Rate.N, time.Duration(v.Rate.PeriodNs)), v.Capacity, opts...)
-	},
-	"leakybucket": func(v *vectorFile, c Client, opts ...Option) (ratelimit.Limiter, error) {
-		return NewLeakyBucket(c, ratelimit.Per(v.Rate.N, time.Duration(v.Rate.PeriodNs)), v.Capacity, opts...)
-	},
-}
+// vectorAlgorithms builds each algorithm of algorithms
+// (algorithms_test.go) on Redis from a vector file, by its name there.
+var vectorAlgorithms = func() map[string]func(v *vectorFile, c Client, opts ...Option) (ratelimit.Limiter, error) {
+	m := map[string]func(v *vectorFile, c Client, opts ...Option) (ratelimit.Limiter, error){}
+	for _, a := range testAlgorithms {
+		m[a.vectors] = func(v *vectorFile, c Client, opts ...Option) (ratelimit.Limiter, error) {
+			return a.redis(c, ratelimit.Per(v.Rate.N, time.Duration(v.Rate.PeriodNs)), v.Capacity, opts...)
+		}
+	}
+	return m
+}()
 
 func TestVectors(t *testing.T) {
 	files, err := filepath.Glob("../testdata/vectors/*.json")

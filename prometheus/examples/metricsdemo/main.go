@@ -45,7 +45,7 @@ func run(out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	for _, r := range rs.Limits("GET /api") {
+	for _, r := range rs.For("GET /api").Rules() {
 		lim := r.Limiter
 		if sh, ok := lim.(*ratelimit.Shadow); ok {
 			lim = sh.Limiter()

@@ -20,37 +20,34 @@ var benchKeys = sync.OnceValue(func() []string {
 	return keys
 })
 
-// allowAlgorithms lists what the Allow benchmarks run over: each builds a
-// limiter that allows (almost) every call and one that denies every call
-// after the first.
-var allowAlgorithms = []struct {
-	name  string
-	allow func() (interface{ Allow(string) bool }, error)
-	deny  func() (interface{ Allow(string) bool }, error)
-}{
-	{"TokenBucket",
-		func() (interface{ Allow(string) bool }, error) { return NewTokenBucket(PerSecond(1e9), 1e9) },
-		func() (interface{ Allow(string) bool }, error) { return NewTokenBucket(PerDay(1), 1) }},
-	{"LeakyBucket", // Allow needs an empty queue: slots of 1 ns empty between calls
-		func() (interface{ Allow(string) bool }, error) { return NewLeakyBucket(Every(time.Nanosecond), 1) },
-		func() (interface{ Allow(string) bool }, error) { return NewLeakyBucket(PerDay(1), 1) }},
-	{"FixedWindow",
-		func() (interface{ Allow(string) bool }, error) { return NewFixedWindow(PerSecond(1e9)) },
-		func() (interface{ Allow(string) bool }, error) { return NewFixedWindow(PerDay(1)) }},
-	// The log holds L instants per key: a small L over a short window lets
-	// one key through at any call rate this machine reaches (about 8 calls
-	// per 250ns) while 1,000,000 keys take 64 bytes of log each.
-	{"SlidingLog",
-		func() (interface{ Allow(string) bool }, error) { return NewSlidingLog(Per(8, 250*time.Nanosecond)) },
-		func() (interface{ Allow(string) bool }, error) { return NewSlidingLog(PerDay(1)) }},
-	{"SlidingWindowCounter",
-		func() (interface{ Allow(string) bool }, error) { return NewSlidingWindowCounter(PerSecond(1e9)) },
-		func() (interface{ Allow(string) bool }, error) { return NewSlidingWindowCounter(PerDay(1)) }},
-	// The naive baseline: a fixed window in a map behind one mutex, reading
-	// time.Now, as many hand-rolled limiters do.
-	{"NaiveFixedWindow",
-		func() (interface{ Allow(string) bool }, error) { return newNaiveFixedWindow(1e9, time.Second), nil },
-		func() (interface{ Allow(string) bool }, error) { return newNaiveFixedWindow(1, 24*time.Hour), nil }},
+type allower interface{ Allow(string) bool }
+
+// allowBench builds what the Allow benchmarks run on: a limiter that
+// allows (almost) every call and one that denies every call after the
+// first.
+type allowBench struct {
+	allow, deny func() (allower, error)
+}
+
+// allowCase is a limiter of the Allow benchmarks, by name.
+type allowCase struct {
+	name string
+	allowBench
+}
+
+// allowAlgorithms lists what the Allow benchmarks run over: the registry's
+// algorithms (algorithms_test.go) and, last, the naive baseline: a fixed
+// window in a map behind one mutex, reading time.Now, as many hand-rolled
+// limiters do.
+func allowAlgorithms() []allowCase {
+	var cs []allowCase
+	for _, alg := range algorithms {
+		cs = append(cs, allowCase{alg.name, alg.bench})
+	}
+	return append(cs, allowCase{"NaiveFixedWindow", allowBench{
+		allow: func() (allower, error) { return newNaiveFixedWindow(1e9, time.Second), nil },
+		deny:  func() (allower, error) { return newNaiveFixedWindow(1, 24*time.Hour), nil },
+	}})
 }
 
 type naiveFixedWindow struct {
@@ -93,11 +90,11 @@ func (l *naiveFixedWindow) Allow(key string) bool {
 // BenchmarkAllow measures Allow on existing keys: one key, 10,000 keys and
 // 1,000,000 keys, serial and in parallel. It must report 0 allocs/op.
 func BenchmarkAllow(b *testing.B) {
-	for _, alg := range allowAlgorithms {
+	for _, alg := range allowAlgorithms() {
 		for _, tc := range []struct {
 			name  string
 			keys  int
-			build func() (interface{ Allow(string) bool }, error)
+			build func() (allower, error)
 		}{
 			{"1key/allow", 1, alg.allow},
 			{"1key/deny", 1, alg.deny},
@@ -160,7 +157,7 @@ func BenchmarkClockFloor(b *testing.B) {
 // of L instants). ns/op is meaningless here.
 func BenchmarkBytesPerKey(b *testing.B) {
 	keys := benchKeys()[:100_000]
-	for _, alg := range allowAlgorithms {
+	for _, alg := range allowAlgorithms() {
 		b.Run(alg.name, func(b *testing.B) {
 			var perKey float64
 			for b.Loop() {

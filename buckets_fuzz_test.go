@@ -8,62 +8,45 @@ import (
 	"time"
 )
 
-// FuzzParseRate: never panics; whatever it accepts is valid and reads
-// back the same through String.
-func FuzzParseRate(f *testing.F) {
-	for _, s := range []string{"2/s", "150/day", "5 per 2s", "1000/h", "7/1m30s", "0/s", "-1/s",
-		"1/0s", "9223372036854775807/ns", "1/2562047h", "1/106751d", "x", "/", "1 per", "3/seconds", "1/µs",
-		"5/2min", "10/2hrs", "10/2 days", "5 per 2 minutes", "1/1m 30s", "1/3MS", "1/9223372036854775807ns"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		r, err := ParseRate(s)
-		if err != nil {
-			if !errors.Is(err, ErrInvalidRate) {
-				t.Fatalf("ParseRate(%q) error %v does not match ErrInvalidRate", s, err)
-			}
-			return
-		}
-		if !r.Valid() {
-			t.Fatalf("ParseRate(%q) accepted an invalid rate %+v", s, r)
-		}
-		back, err := ParseRate(r.String())
-		if err != nil || back != r {
-			t.Fatalf("ParseRate(%q) = %+v; String %q reads back as %+v, %v", s, r, r.String(), back, err)
-		}
-	})
-}
-
-// fuzzAlgorithms builds each algorithm's pure step from fuzzed parameters
-// and states the bound an allowed event must never break: at most
+// fuzzTokenBucket and fuzzLeakyBucket build the bucket's pure step from
+// fuzzed parameters (the stepFuzz of their entry in algorithms_test.go) and
+// state the bound an allowed event must never break: at most
 // bound(elapsed) events allowed in total over elapsed nanoseconds from the
 // first event (the clock may go backwards; elapsed is the furthest reached).
-var fuzzAlgorithms = []struct {
-	name  string
-	build func(rate Rate, capacity int) (fuzzStepper, int, func(elapsed int64) int64, error)
-}{
-	{"tokenbucket", func(rate Rate, capacity int) (fuzzStepper, int, func(int64) int64, error) {
-		a, err := newTBAlgo(rate, capacity)
-		if err != nil {
-			return nil, 0, nil, err
+func fuzzTokenBucket(rate Rate, capacity int) (fuzzStepper, int, func(int64) int64, error) {
+	a, err := newTBAlgo(rate, capacity)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	bound := func(elapsed int64) int64 {
+		return satAdd(int64(capacity), a.iv.count(ftime{ns: elapsed}))
+	}
+	return &stateStepper[tbState]{a: a, fresh: true}, capacity, bound, nil
+}
+
+func fuzzLeakyBucket(rate Rate, capacity int) (fuzzStepper, int, func(int64) int64, error) {
+	a, err := newTBAlgo(rate, capacity)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	// The queue admits what a token bucket allows (see LeakyBucket); the
+	// cancels here are of the last booking, the tail, which it gives back.
+	bound := func(elapsed int64) int64 {
+		return satAdd(int64(capacity), a.iv.count(ftime{ns: elapsed}))
+	}
+	return &stateStepper[lbState]{a: (*lbAlgo)(a), fresh: true}, capacity, bound, nil
+}
+
+// stepFuzzers returns the registry's algorithms that FuzzAlgorithmStep
+// drives, in the registry's order (the corpus picks one by index).
+func stepFuzzers() []algorithm {
+	var fs []algorithm
+	for _, alg := range algorithms {
+		if alg.stepFuzz != nil {
+			fs = append(fs, alg)
 		}
-		bound := func(elapsed int64) int64 {
-			return satAdd(int64(capacity), a.iv.count(ftime{ns: elapsed}))
-		}
-		return &stateStepper[tbState]{a: a, fresh: true}, capacity, bound, nil
-	}},
-	{"leakybucket", func(rate Rate, capacity int) (fuzzStepper, int, func(int64) int64, error) {
-		a, err := newTBAlgo(rate, capacity)
-		if err != nil {
-			return nil, 0, nil, err
-		}
-		// The queue admits what a token bucket allows (see LeakyBucket); the
-		// cancels here are of the last booking, the tail, which it gives back.
-		bound := func(elapsed int64) int64 {
-			return satAdd(int64(capacity), a.iv.count(ftime{ns: elapsed}))
-		}
-		return &stateStepper[lbState]{a: (*lbAlgo)(a), fresh: true}, capacity, bound, nil
-	}},
+	}
+	return fs
 }
 
 type fuzzStepper interface {
@@ -108,9 +91,10 @@ func FuzzAlgorithmStep(f *testing.F) {
 	f.Add(uint8(0), int64(1), int64(math.MaxInt64), uint16(1000), int64(0), []byte{0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1})
 	f.Add(uint8(1), int64(math.MaxInt64), int64(math.MaxInt64-1), uint16(3), int64(0), []byte{0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1})
 	f.Fuzz(func(t *testing.T, alg uint8, n, period int64, capacity uint16, start int64, ops []byte) {
-		spec := fuzzAlgorithms[int(alg)%len(fuzzAlgorithms)]
+		fuzzers := stepFuzzers()
+		spec := fuzzers[int(alg)%len(fuzzers)]
 		rate := Rate{N: n, Period: time.Duration(period)}
-		stepper, limit, bound, err := spec.build(rate, int(capacity))
+		stepper, limit, bound, err := spec.stepFuzz(rate, int(capacity))
 		if err != nil {
 			if !errors.Is(err, ErrInvalidRate) && !errors.Is(err, ErrInvalidCapacity) {
 				t.Fatalf("unexpected error kind: %v", err)

@@ -16,8 +16,8 @@ func ExampleMulti() {
 	perIP, _ := ratelimit.NewTokenBucket(ratelimit.PerSecond(1), 2, ratelimit.WithClock(clock))
 	global, _ := ratelimit.NewTokenBucket(ratelimit.PerSecond(3), 3, ratelimit.WithClock(clock))
 	m, err := ratelimit.NewMulti(
-		ratelimit.Part{Limiter: perIP},                // the caller's key
-		ratelimit.Part{Limiter: global, Global: true}, // one key for all
+		ratelimit.MultiLimit{Limiter: perIP},                // the caller's key
+		ratelimit.MultiLimit{Limiter: global, Shared: true}, // one key for all
 	)
 	if err != nil {
 		fmt.Println(err)
@@ -55,17 +55,17 @@ func ExampleRules() {
 	ctx := context.Background()
 	alice := ratelimit.Subject{User: "alice", IP: "192.0.2.1"}
 	for range 2 {
-		d, err := rules.Check(ctx, "POST /posts", alice, 1, nil)
+		d, err := rules.Check(ctx, "POST /posts", alice, 1)
 		fmt.Println("POST /posts:", d.Allowed, d.RetryAfter, err)
 	}
 	// A class without rules of its own gets the "*" rules only. The
 	// refused post cost nothing: 10, less the one post allowed, less this.
-	d, _ := rules.Check(ctx, "GET /feed", alice, 1, nil)
+	d, _ := rules.Check(ctx, "GET /feed", alice, 1)
 	fmt.Println("GET /feed:", d.Allowed, d.Remaining)
 	// A per-user rule needs a user.
-	_, err = rules.Check(ctx, "POST /posts", ratelimit.Subject{IP: "192.0.2.9"}, 1, nil)
+	_, err = rules.Check(ctx, "POST /posts", ratelimit.Subject{IP: "192.0.2.9"}, 1)
 	fmt.Println("no user:", errors.Is(err, ratelimit.ErrNoKey))
-	for _, r := range rules.Limits("POST /posts") {
+	for _, r := range rules.For("POST /posts").Rules() {
 		fmt.Printf("%s: %d at once, full again after %v\n", r.Name, r.Burst, r.Window())
 	}
 	// Output:

@@ -16,15 +16,21 @@ func ExampleAllowAll() {
 	global, _ := ratelimit.NewTokenBucket(ratelimit.PerSecond(1), 1, ratelimit.WithClock(clock))
 	ctx := context.Background()
 
+	names := []string{"per user", "global"}
 	for _, user := range []string{"alice", "bob"} {
-		d, _ := ratelimit.AllowAll(ctx, 1, []ratelimit.Pair{{perUser, user}, {global, ""}}, nil)
-		left, _ := perUser.AllowN(ctx, user, 0)
-		fmt.Printf("%s: allowed=%v retry after %v; %s has %d of %d left\n",
-			user, d.Allowed, d.RetryAfter, user, left.Remaining, left.Limit)
+		d, _ := ratelimit.AllowAll(ctx, 1, []ratelimit.LimiterKey{{perUser, user}, {global, ""}})
+		fmt.Printf("%s: allowed=%v retry after %v\n", user, d.Allowed, d.RetryAfter)
+		for i := range d.Len() {
+			fmt.Printf("  %s: allowed=%v, %d of %d left\n", names[i], d.At(i).Allowed, d.At(i).Remaining, d.At(i).Limit)
+		}
 	}
 	// Output:
-	// alice: allowed=true retry after 0s; alice has 1 of 2 left
-	// bob: allowed=false retry after 1s; bob has 2 of 2 left
+	// alice: allowed=true retry after 0s
+	//   per user: allowed=true, 1 of 2 left
+	//   global: allowed=true, 0 of 1 left
+	// bob: allowed=false retry after 1s
+	//   per user: allowed=true, 2 of 2 left
+	//   global: allowed=false, 0 of 1 left
 }
 
 // "1 post/s, 5 likes/s, 150 friend requests/day per user, 10,000
@@ -44,10 +50,10 @@ func ExampleParseRules() {
 	ctx := context.Background()
 	alice := ratelimit.Subject{User: "alice"}
 	for range 2 {
-		d, _ := rules.Check(ctx, "POST /posts", alice, 1, nil)
+		d, _ := rules.Check(ctx, "POST /posts", alice, 1)
 		fmt.Printf("POST /posts: allowed=%v retry after %v\n", d.Allowed, d.RetryAfter)
 	}
-	for _, r := range rules.Limits("POST /friends") {
+	for _, r := range rules.For("POST /friends").Rules() {
 		fmt.Printf("%s: %d at once, full again after %v, %v\n", r.Name, r.Burst, r.Window(), r.Scope)
 	}
 	// Output:
