@@ -121,7 +121,7 @@ func (c *bulkheadConfig) observed() *observed {
 	if c.observer == nil {
 		return nil
 	}
-	return &observed{obs: c.observer, name: c.name}
+	return &observed{obs: bind(c.observer, c.name), name: c.name}
 }
 
 // WithBulkheadObserver makes the bulkhead call o with an Event for each

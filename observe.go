@@ -83,6 +83,33 @@ func (l observerList) Observe(e Event) {
 	}
 }
 
+// Bind binds every observer of the list that is a Binder.
+func (l observerList) Bind(name string) Observer {
+	out := make(observerList, len(l))
+	for i, o := range l {
+		out[i] = bind(o, name)
+	}
+	return out
+}
+
+// Binder is an Observer that keeps something per limiter name, as Counter
+// and the metrics modules do. A limiter, bulkhead or Shadow built with one
+// calls Bind once, with its name, and reports its events to the observer
+// Bind returns: the look-up by name is made once, not on every event.
+// Bind's observer must count an event as the Binder's Observe would.
+type Binder interface {
+	Observer
+	Bind(name string) Observer
+}
+
+// bind returns what o reports to for the limiter named name.
+func bind(o Observer, name string) Observer {
+	if b, ok := o.(Binder); ok {
+		return b.Bind(name)
+	}
+	return o
+}
+
 // WithObserver makes the limiter call o with an Event for each decision
 // taken by Allow, AllowN (n > 0; peeks are not reported), Reserve and
 // WaitN (once, when it returns; not for a context already done). Given
@@ -118,7 +145,7 @@ func newObserved(c *config) *observed {
 	if c.observer == nil {
 		return nil
 	}
-	return &observed{obs: c.observer, name: c.name}
+	return &observed{obs: bind(c.observer, c.name), name: c.name}
 }
 
 // report hands the event of one decision to the observer; o is not nil.
@@ -161,12 +188,22 @@ type Counts struct {
 }
 
 // Observe counts e.
-func (c *Counter) Observe(e Event) {
-	v, ok := c.names.Load(e.Limiter)
+func (c *Counter) Observe(e Event) { c.of(e.Limiter).Observe(e) }
+
+// Bind returns the counts of name, to which a limiter built with c reports
+// directly (see Binder).
+func (c *Counter) Bind(name string) Observer { return c.of(name) }
+
+func (c *Counter) of(name string) *counts {
+	v, ok := c.names.Load(name)
 	if !ok {
-		v, _ = c.names.LoadOrStore(e.Limiter, new(counts))
+		v, _ = c.names.LoadOrStore(name, new(counts))
 	}
-	n := v.(*counts)
+	return v.(*counts)
+}
+
+// Observe counts e, whatever its name.
+func (n *counts) Observe(e Event) {
 	switch {
 	case e.Allowed:
 		n.allowed.Add(1)

@@ -50,7 +50,7 @@ func NewShadow(lim Limiter, opts ...Option) (*Shadow, error) {
 	if c.clock != SystemClock() || c.shards != defaultShards || c.maxKeys != 0 || c.sweepInterval != 0 {
 		return nil, fmt.Errorf("%w: a shadow takes only WithName and WithObserver; give the other options to its limiter", ErrInvalidOption)
 	}
-	return &Shadow{lim: lim, obs: c.observer, name: c.name}, nil
+	return &Shadow{lim: lim, obs: bind(c.observer, c.name), name: c.name}, nil
 }
 
 // Limiter returns the limiter the shadow runs.

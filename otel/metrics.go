@@ -195,8 +195,21 @@ func (m *Metrics) get(name string) *series {
 }
 
 // Observe counts one decision event. It implements ratelimit.Observer.
-func (m *Metrics) Observe(e ratelimit.Event) {
-	s := m.get(e.Limiter)
+func (m *Metrics) Observe(e ratelimit.Event) { boundSeries{m, m.get(e.Limiter)}.Observe(e) }
+
+// Bind returns the observer of name's series, to which a limiter built
+// with m reports directly (see ratelimit.Binder).
+func (m *Metrics) Bind(name string) ratelimit.Observer { return boundSeries{m, m.get(name)} }
+
+// boundSeries counts the events of one name.
+type boundSeries struct {
+	m *Metrics
+	s *series
+}
+
+// Observe counts e under the series' name, whatever e's.
+func (b boundSeries) Observe(e ratelimit.Event) {
+	s := b.s
 	switch {
 	case e.Allowed:
 		s.allowed.Add(1)
@@ -209,7 +222,7 @@ func (m *Metrics) Observe(e ratelimit.Event) {
 		s.fall.Add(1)
 	}
 	if e.Waited > 0 {
-		m.wait.Record(context.Background(), e.Waited.Seconds(), s.waitOpt...)
+		b.m.wait.Record(context.Background(), e.Waited.Seconds(), s.waitOpt...)
 	}
 }
 
@@ -292,4 +305,4 @@ func (m *Metrics) collect(_ context.Context, o metric.Observer) error {
 	return nil
 }
 
-var _ ratelimit.Observer = (*Metrics)(nil)
+var _ ratelimit.Binder = (*Metrics)(nil)

@@ -164,8 +164,23 @@ func (m *Metrics) get(name string) *series {
 }
 
 // Observe counts one decision event. It implements ratelimit.Observer.
-func (m *Metrics) Observe(e ratelimit.Event) {
-	s := m.get(e.Limiter)
+func (m *Metrics) Observe(e ratelimit.Event) { m.bound(m.get(e.Limiter)).Observe(e) }
+
+// Bind returns the observer of name's series, to which a limiter built
+// with m reports directly (see ratelimit.Binder).
+func (m *Metrics) Bind(name string) ratelimit.Observer { return m.bound(m.get(name)) }
+
+func (m *Metrics) bound(s *series) boundSeries { return boundSeries{m, s} }
+
+// boundSeries counts the events of one name.
+type boundSeries struct {
+	m *Metrics
+	s *series
+}
+
+// Observe counts e under the series' name, whatever e's.
+func (b boundSeries) Observe(e ratelimit.Event) {
+	s := b.s
 	switch {
 	case e.Allowed:
 		s.allowed.Add(1)
@@ -180,7 +195,7 @@ func (m *Metrics) Observe(e ratelimit.Event) {
 	if e.Waited > 0 {
 		w := s.wait.Load()
 		if w == nil {
-			s.wait.CompareAndSwap(nil, &waitSeries{m.wait.WithLabelValues(s.name)})
+			s.wait.CompareAndSwap(nil, &waitSeries{b.m.wait.WithLabelValues(s.name)})
 			w = s.wait.Load()
 		}
 		w.Observe(e.Waited.Seconds())
@@ -289,6 +304,6 @@ func (m *Metrics) Collect(ch chan<- prom.Metric) {
 }
 
 var (
-	_ ratelimit.Observer = (*Metrics)(nil)
-	_ prom.Collector     = (*Metrics)(nil)
+	_ ratelimit.Binder = (*Metrics)(nil)
+	_ prom.Collector   = (*Metrics)(nil)
 )
