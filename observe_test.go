@@ -148,6 +148,13 @@ func TestObserverAllowDoesNotAllocate(t *testing.T) {
 			if a := testing.AllocsPerRun(100, func() { l.Allow("k") }); a != 0 {
 				t.Errorf("%s with observer %T: Allow allocates %v times", alg.name, obs, a)
 			}
+			sh, err := NewShadow(l, WithObserver(&Counter{}), WithName("s"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a := testing.AllocsPerRun(100, func() { sh.Allow("k") }); a != 0 {
+				t.Errorf("a shadow of %s: Allow allocates %v times", alg.name, a)
+			}
 		}
 	}
 }
