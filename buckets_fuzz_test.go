@@ -14,27 +14,27 @@ import (
 // bound(elapsed) events allowed in total over elapsed nanoseconds from the
 // first event (the clock may go backwards; elapsed is the furthest reached).
 func fuzzTokenBucket(rate Rate, capacity int) (fuzzStepper, int, func(int64) int64, error) {
-	a, err := newTBAlgo(rate, capacity)
+	a, err := newTBParams(rate, capacity)
 	if err != nil {
 		return nil, 0, nil, err
 	}
 	bound := func(elapsed int64) int64 {
-		return satAdd(int64(capacity), a.iv.count(ftime{ns: elapsed}))
+		return satAdd(int64(capacity), a.iv.Count(ftime{Ns: elapsed}))
 	}
 	return &stateStepper[tbState]{a: a, fresh: true}, capacity, bound, nil
 }
 
 func fuzzLeakyBucket(rate Rate, capacity int) (fuzzStepper, int, func(int64) int64, error) {
-	a, err := newTBAlgo(rate, capacity)
+	a, err := newTBParams(rate, capacity)
 	if err != nil {
 		return nil, 0, nil, err
 	}
 	// The queue admits what a token bucket allows (see LeakyBucket); the
 	// cancels here are of the last booking, the tail, which it gives back.
 	bound := func(elapsed int64) int64 {
-		return satAdd(int64(capacity), a.iv.count(ftime{ns: elapsed}))
+		return satAdd(int64(capacity), a.iv.Count(ftime{Ns: elapsed}))
 	}
-	return &stateStepper[lbState]{a: (*lbAlgo)(a), fresh: true}, capacity, bound, nil
+	return &stateStepper[lbState]{a: (*lbParams)(a), fresh: true}, capacity, bound, nil
 }
 
 // stepFuzzers returns the registry's algorithms that FuzzAlgorithmStep
@@ -56,7 +56,7 @@ type fuzzStepper interface {
 
 // stateStepper drives one key's state through an algo's pure step.
 type stateStepper[S any] struct {
-	a     algo[S]
+	a     stepAlgo[S]
 	s     S
 	fresh bool
 }

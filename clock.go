@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"sort"
 	"sync"
 	"time"
@@ -256,4 +257,27 @@ func (t *manualTimer) Stop() bool {
 		}
 	}
 	return false
+}
+
+// noMaxWait is a maxWait that sets no bound on a booking's delay.
+const noMaxWait = -1
+
+// untilDeadline returns how long is left of ctx's deadline, in
+// nanoseconds and never negative, or noMaxWait if it has none. A
+// context's deadline is an instant of real time: what is left of it is
+// measured on the time package's clock, whatever the limiter's Clock.
+func untilDeadline(ctx context.Context) int64 {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return noMaxWait
+	}
+	return max(int64(time.Until(dl)), 0)
+}
+
+// durationNs converts nanoseconds to a Duration, never negative.
+func durationNs(ns int64) time.Duration {
+	if ns < 0 {
+		return 0
+	}
+	return time.Duration(ns)
 }

@@ -1,9 +1,6 @@
 package ratelimit
 
-import (
-	"fmt"
-	"time"
-)
+import "time"
 
 // FixedWindow is a fixed-window counter per key: at most L events in each
 // window of length W, for a rate of L per W. Windows are aligned to the
@@ -40,7 +37,7 @@ import (
 // Build it with NewFixedWindow. It is safe for concurrent use. Most callers
 // want Allow.
 type FixedWindow struct {
-	keyed[fwState, *fwAlgo]
+	k keyed[fwState, fwParams, *fwParams]
 }
 
 // fwState is a key's window and what it has counted.
@@ -49,7 +46,8 @@ type fwState struct {
 	count int64 // events counted in it, booked ones included
 }
 
-type fwAlgo struct {
+// fwParams is a fixed window's parameters, immutable once built: L per W.
+type fwParams struct {
 	limit  int64
 	window int64
 }
@@ -63,133 +61,98 @@ func NewFixedWindow(rate Rate, opts ...Option) (*FixedWindow, error) {
 	if err != nil {
 		return nil, err
 	}
-	alg := &fwAlgo{limit: limit, window: window}
-	k, err := newKeyed[fwState](alg, int(limit), opts)
+	alg := &fwParams{limit: limit, window: window}
+	k, err := newKeyed[fwState, fwParams](alg, int(limit), opts)
 	if err != nil {
 		return nil, err
 	}
-	return &FixedWindow{k}, nil
-}
-
-// windowParams checks a rate for the window algorithms and returns its
-// limit L and window W in nanoseconds.
-func windowParams(rate Rate) (limit, window int64, err error) {
-	if err := rate.validate(); err != nil {
-		return 0, 0, err
-	}
-	if int64(int(rate.N)) != rate.N {
-		return 0, 0, fmt.Errorf("%w: limit %d does not fit in an int", ErrInvalidRate, rate.N)
-	}
-	if int64(rate.Period) > maxSpan {
-		return 0, 0, fmt.Errorf("%w: a window of %s is longer than a window may span (%s)", ErrInvalidRate, readable(int64(rate.Period)), maxSpanText)
-	}
-	return rate.N, int64(rate.Period), nil
-}
-
-// windowStart returns the start of the window of length w holding t:
-// t rounded down to a multiple of w, also for negative t.
-func windowStart(t, w int64) int64 {
-	m := t % w
-	if m < 0 {
-		m += w
-	}
-	return t - m
+	return &FixedWindow{k: k}, nil
 }
 
 // Allow reports whether one event for key may happen now, and records it
 // if so. It does not allocate for a key already in the store.
 func (fw *FixedWindow) Allow(key string) bool {
-	if fw.obs != nil {
-		return fw.allowObserved(key)
+	if fw.k.obs != nil {
+		return fw.k.allowObserved(key)
 	}
-	now := fw.nc.now()
-	a := fw.alg
-	ent, rel := fw.st.acquire(key, now)
-	s := &ent.s
-	if now-s.start >= a.window { // its window has passed
-		s.start, s.count = windowStart(now, a.window), 0
-	}
-	ok := s.start <= now && s.count < a.limit
-	if ok {
-		s.count++
-	}
-	ent.unlock(rel)
+	now := fw.k.nc.now()
+	p := fw.k.p
+	h, _ := fw.k.st.Take(key, now, true)
+	_, ok := p.admit(h.State(), now, 1, 0)
+	h.Release()
 	return ok
 }
 
-func (a *fwAlgo) init(s *fwState, now int64) { *s = fwState{start: windowStart(now, a.window)} }
+func (p *fwParams) init(s *fwState, now int64) { *s = fwState{start: windowStart(now, p.window)} }
 
-func (a *fwAlgo) atRest(s *fwState, now int64) bool {
-	return now-s.start >= a.window || (s.count == 0 && s.start <= now)
+func (p *fwParams) atRest(s *fwState, now int64) bool {
+	return now-s.start >= p.window || (s.count == 0 && s.start <= now)
 }
 
 // current returns the key's window and count as seen at now: a window that
 // has passed counts nothing and gives way to the window of now. A window
 // later than now (a booking ahead, or a clock that went back) is kept.
-func (a *fwAlgo) current(s *fwState, now int64) (start, count int64) {
-	if now-s.start >= a.window {
-		return windowStart(now, a.window), 0
+func (p *fwParams) current(s *fwState, now int64) (start, count int64) {
+	if now-s.start >= p.window {
+		return windowStart(now, p.window), 0
 	}
 	return s.start, s.count
 }
 
-func (a *fwAlgo) step(s *fwState, now, n, maxWait int64) (d Decision, b booked, ok bool) {
-	start, count := a.current(s, now)
-	d.Limit = int(a.limit)
+// admit: n events are counted in the key's window if they fit in what is
+// left of it, else in the next window, at its start. A peek (n == 0)
+// conforms at now and changes nothing.
+func (p *fwParams) admit(s *fwState, now, n, maxWait int64) (b booked, ok bool) {
 	if n == 0 {
-		d.Allowed = true
-		d.Remaining = a.remaining(start, count, now)
-		d.ResetAfter = a.resetAfter(start, count, now)
-		return d, booked{act: now}, true
+		return booked{act: now}, true
 	}
-	// The first window from start with room: start itself, or the next one,
-	// which is empty since nothing is ever booked beyond the key's window.
+	start, count := p.current(s, now)
 	target, total := start, count+n
-	if n > a.limit-count {
-		target, total = start+a.window, n
+	if n > p.limit-count {
+		target, total = start+p.window, n
 	}
 	act := max(now, target)
-	delay := act - now
-	if (maxWait >= 0 && delay > maxWait) || delay > maxSpan {
-		d.Remaining = a.remaining(start, count, now)
-		d.RetryAfter = durationNs(delay)
-		d.ResetAfter = a.resetAfter(start, count, now)
-		return d, booked{act: act}, false
+	if delay := act - now; (maxWait >= 0 && delay > maxWait) || delay > maxSpan {
+		return booked{act: act}, false
 	}
 	s.start, s.count = target, total
-	d.Allowed = delay == 0
-	if d.Allowed {
-		d.Remaining = int(a.limit - total)
-	}
-	d.RetryAfter = durationNs(delay)
-	d.ResetAfter = a.resetAfter(target, total, now)
-	return d, booked{act: act}, true
+	return booked{act: act}, true
 }
 
-// remaining is how many more events the window start, holding count, lets
-// through at now: none before it opens.
-func (a *fwAlgo) remaining(start, count, now int64) int {
+// describe reads the key's current window: what is left of it (nothing
+// before it starts) and when it is forgotten.
+func (p *fwParams) describe(s *fwState, now int64, b booked, ok bool) (d Decision) {
+	start, count := p.current(s, now)
+	d.Limit = int(p.limit)
+	d.Allowed = ok && b.act == now
+	d.Remaining = p.remaining(start, count, now)
+	d.RetryAfter = durationNs(b.act - now)
+	d.ResetAfter = p.resetAfter(start, count, now)
+	return d
+}
+
+func (p *fwParams) remaining(start, count, now int64) int {
 	if start > now {
 		return 0
 	}
-	return int(a.limit - count)
+	return int(p.limit - count)
 }
 
 // resetAfter is how long until a key in window start holding count is at
 // rest: when the window ends, or, if it counts nothing, when it begins.
-func (a *fwAlgo) resetAfter(start, count, now int64) time.Duration {
+func (p *fwParams) resetAfter(start, count, now int64) time.Duration {
 	if count == 0 {
 		return durationNs(start - now)
 	}
-	return durationNs(start - now + a.window)
+	return durationNs(start - now + p.window)
 }
 
 // unstep gives back n events booked to conform at act, if the key's window
 // is still the one they were booked in. The window of a booking made ahead
 // stays the key's window (closed before its start) even when it counts
 // nothing after the Cancel.
-func (a *fwAlgo) unstep(s *fwState, n int64, b booked, at int64) {
-	if at > b.act || windowStart(b.act, a.window) != s.start {
+func (p *fwParams) unstep(s *fwState, n int64, b booked, at int64) {
+	if at > b.act || windowStart(b.act, p.window) != s.start {
 		return // due, or booked in a window whose count is forgotten
 	}
 	s.count -= min(n, s.count)

@@ -1,21 +1,35 @@
 package ratelimit
 
+//go:generate go run gen_keyed.go
+
 import (
 	"context"
+	"sync"
 	"time"
+
+	"github.com/ratelimitkit/ratelimit/internal/keystore"
 )
 
-// algo is an algorithm as the keyed store runs it: a pure step over a small
-// state S per key. None of its methods reads a clock; now is given.
-type algo[S any] interface {
+// algo is an algorithm as keyed runs it: a pure decision over a small
+// state S per key, given the algorithm's parameters P, an immutable value
+// that the algorithm's methods take as their receiver. None of its methods
+// reads a clock; now is given. A call reads the parameters once (one
+// pointer) and passes them to every method it calls, so that parameters
+// swapped between calls are never mixed within one.
+type algo[S, P any] interface {
+	*P
 	// init sets up a key's state on first sight: at rest at now, with its
 	// full allowance from now on (not before, should the clock go back).
 	init(s *S, now int64)
-	// step decides n events at now. They are booked if they conform by
+	// admit decides n events at now and books them if they conform by
 	// now+maxWait (maxWait < 0: no bound; 0: now or never). n == 0 is a
 	// peek and changes nothing. b.act is when the booked events conform
-	// (if not ok, when they could).
-	step(s *S, now, n, maxWait int64) (d Decision, b booked, ok bool)
+	// (if not ok, when they could). This is the algorithm's one decision:
+	// Allow is admit(s, now, 1, 0).
+	admit(s *S, now, n, maxWait int64) (b booked, ok bool)
+	// describe is the Decision for what admit just decided, from the
+	// state admit left.
+	describe(s *S, now int64, b booked, ok bool) Decision
 	// unstep gives back what it may of n events booked as b, if at <=
 	// b.act; never more than b took, and never anything a later booking
 	// has claimed.
@@ -27,7 +41,14 @@ type algo[S any] interface {
 	atRest(s *S, now int64) bool
 }
 
-// booked is what a step booked, as unstep needs it to give the booking
+// decide is an algorithm's decision and its description: admit, then
+// describe. It is what AllowN, Reserve and Wait run; Allow runs admit alone.
+func decide[S, P any, A algo[S, P]](a A, s *S, now, n, maxWait int64) (Decision, booked, bool) {
+	b, ok := a.admit(s, now, n, maxWait)
+	return a.describe(s, now, b, ok), b, ok
+}
+
+// booked is what a decision booked, as unstep needs it to give the booking
 // back: act, when the events conform, and end, where the booking left the
 // key's state (the token bucket's TAT, the leaky bucket's queue end);
 // algorithms that keep no such mark leave end zero.
@@ -36,27 +57,31 @@ type booked struct {
 	end ftime
 }
 
-// keyed runs an algorithm per key on the shared store and implements the
-// parts of Limiter that every algorithm shares. Each algorithm type embeds
-// it and adds its own Allow, the hot path, written out so the compiler can
-// inline the step.
-type keyed[S any, A algo[S]] struct {
-	alg   A
+// keyed runs an algorithm per key on a keyed store and implements the
+// parts of Limiter that every algorithm shares. Each algorithm type holds
+// one in a field named k, with thin methods generated in keyed_methods.go
+// (go generate), and adds its own Allow, the hot path: the same admit,
+// called on a concrete type so that the compiler can inline it.
+type keyed[S, P any, A algo[S, P]] struct {
+	p     *P // the parameters: read once per call
 	nc    nanoClock
-	st    *store[S]
+	st    *keystore.Store[S]
 	limit int
-	obs   *observed // nil unless WithObserver: the hot path's one check
+	sw    *sweeper  // nil without WithSweepInterval
+	obs   *observed // nil without WithObserver: Allow's one check
 }
 
-func newKeyed[S any, A algo[S]](alg A, limit int, opts []Option) (keyed[S, A], error) {
+func newKeyed[S, P any, A algo[S, P]](p *P, limit int, opts []Option) (keyed[S, P, A], error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
-		return keyed[S, A]{}, err
+		return keyed[S, P, A]{}, err
 	}
-	k := keyed[S, A]{alg: alg, nc: newNanoClock(cfg.clock), limit: limit, obs: newObserved(&cfg)}
-	k.st = newStore(cfg, alg.init, alg.atRest)
+	k := keyed[S, P, A]{p: p, nc: newNanoClock(cfg.clock), limit: limit, obs: newObserved(&cfg)}
+	a := A(p)
+	k.st = keystore.New(keystore.Config{Shards: cfg.shards, MaxKeys: cfg.maxKeys}, a.init, a.atRest)
 	if cfg.sweepInterval > 0 {
-		k.st.startSweeper(cfg.sweepInterval, &k.nc)
+		st, nc := k.st, k.nc
+		k.sw = startSweeper(cfg.sweepInterval, nc.clock, func() { st.Sweep(nc.now()) })
 	}
 	return k, nil
 }
@@ -65,7 +90,7 @@ func newKeyed[S any, A algo[S]](alg A, limit int, opts []Option) (keyed[S, A], e
 // and records them if so. n == 0 peeks: the Decision as it stands, with
 // nothing recorded and no key created. The in-memory limiters ignore ctx
 // (they never block) and fail only on invalid n.
-func (k *keyed[S, A]) AllowN(ctx context.Context, key string, n int) (Decision, error) {
+func (k *keyed[S, P, A]) AllowN(ctx context.Context, key string, n int) (Decision, error) {
 	if err := validN(n, k.limit); err != nil {
 		return Decision{}, err
 	}
@@ -76,9 +101,10 @@ func (k *keyed[S, A]) AllowN(ctx context.Context, key string, n int) (Decision, 
 	return d, nil
 }
 
-// allowObserved is Allow when an observer is set: the full decision, so
-// that the event can say what remains and when to retry.
-func (k *keyed[S, A]) allowObserved(key string) bool {
+// allowObserved is Allow when an observer is set: the full decision
+// (admit, then describe), so that the event says what remains and when to
+// retry. Every Allow calls it after one check of k.obs.
+func (k *keyed[S, P, A]) allowObserved(key string) bool {
 	d, _, _ := k.book(key, 1, k.nc.now(), 0)
 	k.obs.report(key, 1, d, 0)
 	return d.Allowed
@@ -86,30 +112,28 @@ func (k *keyed[S, A]) allowObserved(key string) bool {
 
 // Reserve books n events for key at the earliest time they conform. See
 // Limiter. The in-memory limiters fail only on invalid n.
-func (k *keyed[S, A]) Reserve(ctx context.Context, key string, n int) (*Reservation, error) {
-	r, err := reserve(k, &k.nc, key, n, k.limit, noMaxWait)
-	if k.obs != nil && err == nil && n > 0 {
+func (k *keyed[S, P, A]) Reserve(ctx context.Context, key string, n int) (*Reservation, error) {
+	if err := validN(n, k.limit); err != nil {
+		return nil, err
+	}
+	r := k.reserve(key, n, noMaxWait)
+	if k.obs != nil && n > 0 {
 		d := r.decision
 		d.Allowed = r.ok
-		k.obs.report(key, n, d, d.RetryAfter)
+		k.obs.report(key, n, d, d.RetryAfter) // Waited: the delay booked
 	}
-	return r, err
-}
-
-// Wait is shorthand for WaitN(ctx, key, 1).
-func (k *keyed[S, A]) Wait(ctx context.Context, key string) error {
-	return k.WaitN(ctx, key, 1)
+	return r, nil
 }
 
 // WaitN blocks until n events for key may happen and records them. See
 // Limiter for what it leaves behind when it fails.
-func (k *keyed[S, A]) WaitN(ctx context.Context, key string, n int) error {
-	if k.obs == nil || ctx.Err() != nil { // a context already done decides nothing
-		return waitN(ctx, k, &k.nc, key, n, k.limit)
+func (k *keyed[S, P, A]) WaitN(ctx context.Context, key string, n int) error {
+	if k.obs == nil || n <= 0 || ctx.Err() != nil { // nothing to report
+		return k.waitN(ctx, key, n)
 	}
 	start := k.nc.now()
-	err := waitN(ctx, k, &k.nc, key, n, k.limit)
-	if n > 0 && !errorsIsInvalid(err) {
+	err := k.waitN(ctx, key, n)
+	if err != ErrExceedsLimit {
 		var d Decision
 		d.Allowed = err == nil
 		if le, ok := err.(*LimitError); ok {
@@ -120,52 +144,193 @@ func (k *keyed[S, A]) WaitN(ctx context.Context, key string, n int) error {
 	return err
 }
 
-// errorsIsInvalid reports whether err is a refusal of the arguments, not a
-// decision.
-func errorsIsInvalid(err error) bool {
-	return err == ErrNegativeN || err == ErrExceedsLimit
+func (k *keyed[S, P, A]) waitN(ctx context.Context, key string, n int) error {
+	if err := validN(n, k.limit); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	maxWait := untilDeadline(ctx)
+	r := k.reserve(key, n, maxWait)
+	if !r.ok {
+		// The deadline caused the refusal only if the events could not
+		// conform within it; a refusal for another reason (a full
+		// leaky-bucket queue that frees in time) is not the deadline's.
+		deadline := maxWait != noMaxWait && r.decision.RetryAfter > time.Duration(maxWait)
+		return &LimitError{RetryAfter: r.decision.RetryAfter, Deadline: deadline}
+	}
+	if r.decision.RetryAfter == 0 {
+		return nil // due at the instant of booking: no second clock read
+	}
+	return sleepReservation(ctx, r)
 }
 
 // Stats describes the keyed store.
-func (k *keyed[S, A]) Stats() Stats { return k.st.stats() }
+func (k *keyed[S, P, A]) Stats() Stats { return statsOf(k.st.Stats()) }
 
 // Sweep drops every key at rest now and shrinks tables left mostly empty,
 // so memory comes back after a flood of keys. Decisions are unchanged.
-func (k *keyed[S, A]) Sweep() { k.st.sweep(k.nc.now()) }
+func (k *keyed[S, P, A]) Sweep() { k.st.Sweep(k.nc.now()) }
 
 // Close stops the sweeper goroutine started by WithSweepInterval, if any,
 // and waits for it to return. The limiter remains usable; keys are then
 // dropped lazily only. Close is safe to call more than once.
-func (k *keyed[S, A]) Close() error {
-	k.st.close()
+func (k *keyed[S, P, A]) Close() error {
+	if k.sw != nil {
+		k.sw.close()
+	}
 	return nil
 }
 
-// Limit returns the most events the limiter allows a key at once.
-func (k *keyed[S, A]) Limit() int { return k.limit }
-
-// book implements booker; n has been validated. A peek (n == 0) creates
-// no key: it steps a scratch state of the shard's.
-func (k *keyed[S, A]) book(key string, n int, now, maxWait int64) (Decision, booked, bool) {
-	h, s, _ := k.st.lock(key, now, n > 0)
-	d, b, ok := k.alg.step(s, now, int64(n), maxWait)
-	h.unlock()
+// book decides n events for key at now, n validated, and describes the
+// decision. A peek (n == 0) creates no key: it steps a scratch state of
+// the store's.
+func (k *keyed[S, P, A]) book(key string, n int, now, maxWait int64) (Decision, booked, bool) {
+	h, _ := k.st.Take(key, now, n > 0)
+	d, b, ok := decide(A(k.p), h.State(), now, int64(n), maxWait)
+	h.Release()
 	return d, b, ok
 }
 
-// unbook implements booker.
-func (k *keyed[S, A]) unbook(key string, n int, b booked, at int64) {
-	h, s, fresh := k.st.lock(key, at, false)
+// unbook gives back n events booked as b, as of at.
+func (k *keyed[S, P, A]) unbook(key string, n int, b booked, at int64) {
+	a := A(k.p)
+	h, fresh := k.st.Take(key, at, false)
 	if !fresh { // an evicted key has nothing booked to give back
-		k.alg.unstep(s, int64(n), b, at)
+		a.unstep(h.State(), int64(n), b, at)
 	}
-	h.unlock()
+	h.Release()
 }
 
-// durationNs converts nanoseconds to a Duration, never negative.
-func durationNs(ns int64) time.Duration {
-	if ns < 0 {
-		return 0
+// reserve books n events for key, n validated, on one clock read; maxWait
+// < 0 means no bound on the delay.
+func (k *keyed[S, P, A]) reserve(key string, n int, maxWait int64) *Reservation {
+	now := k.nc.now()
+	d, bk, ok := k.book(key, n, now, maxWait)
+	r := &Reservation{ok: ok, decision: d, act: k.nc.timeOf(bk.act), clock: k.nc.clock, line: &k.nc, actNs: bk.act}
+	if ok && n > 0 {
+		r.cancel = func(at time.Time) { k.unbook(key, n, bk, k.nc.nanosOf(at)) }
 	}
-	return time.Duration(ns)
+	return r
+}
+
+// The hooks AllowAll uses (see inMemory).
+
+func (k *keyed[S, P, A]) multiClock() Clock { return k.nc.clock }
+
+func (k *keyed[S, P, A]) multiBook(key string, n int) (Decision, booked, bool) {
+	return k.book(key, n, k.nc.now(), 0)
+}
+
+func (k *keyed[S, P, A]) multiUnbook(key string, n int, b booked, rollback bool) {
+	at := b.act
+	if !rollback {
+		at = k.nc.now()
+	}
+	k.unbook(key, n, b, at)
+}
+
+func (k *keyed[S, P, A]) multiPeek(key string) Decision {
+	d, _, _ := k.book(key, 0, k.nc.now(), 0)
+	return d
+}
+
+func (k *keyed[S, P, A]) latestOnly() bool {
+	switch any(k.p).(type) {
+	case *tbParams, *lbParams:
+		return true
+	}
+	return false
+}
+
+func (k *keyed[S, P, A]) multiCheck(key string, n int) (Decision, int64) {
+	now := k.nc.now()
+	h, _ := k.st.Take(key, now, false)
+	s := h.State()
+	saved := *s // a plain value (see latestOnly): restoring it unbooks
+	d, _, _ := decide(A(k.p), s, now, int64(n), 0)
+	*s = saved
+	h.Release()
+	return d, now
+}
+
+// multiBookAt saves the second clock read of a pair that was checked:
+// the booking follows the check by the time the other pairs take.
+func (k *keyed[S, P, A]) multiBookAt(key string, n int, now int64) (Decision, booked, bool) {
+	return k.book(key, n, now, 0)
+}
+
+// statsOf is the store's counters as Stats.
+func statsOf(s keystore.Stats) Stats {
+	return Stats{
+		Keys:          s.Keys,
+		MaxKeys:       s.MaxKeys,
+		Slots:         s.Slots,
+		Inserts:       s.Inserts,
+		EvictedAtRest: s.EvictedAtRest,
+		EvictedLRU:    s.EvictedLRU,
+	}
+}
+
+// sweeper is the goroutine WithSweepInterval starts: it calls sweep every
+// interval of the limiter's clock until close.
+type sweeper struct {
+	once    sync.Once
+	stop    chan struct{}
+	stopped chan struct{}
+}
+
+func startSweeper(interval time.Duration, c Clock, sweep func()) *sweeper {
+	sw := &sweeper{stop: make(chan struct{}), stopped: make(chan struct{})}
+	go func() {
+		defer close(sw.stopped)
+		for {
+			t := c.NewTimer(interval)
+			select {
+			case <-sw.stop:
+				t.Stop()
+				return
+			case <-t.C():
+				sweep()
+			}
+		}
+	}()
+	return sw
+}
+
+// close stops the sweeper and waits for it to return; safe to call more
+// than once.
+func (sw *sweeper) close() {
+	sw.once.Do(func() {
+		close(sw.stop)
+		<-sw.stopped
+	})
+}
+
+// sleepReservation waits until r is due on the limiter's time line; if ctx
+// ends first it cancels r and returns ctx.Err(). While the clock reads
+// before 1970 the limiter's time stands still, so the wait lasts until the
+// clock itself reaches the time to act (the timer then waits the longer of
+// the two measures); after 2116 it stands still too, and the wait lasts
+// until the clock comes back or ctx ends.
+func sleepReservation(ctx context.Context, r *Reservation) error {
+	for {
+		now := r.clock.Now()
+		delay := r.DelayFrom(now)
+		if delay <= 0 {
+			return nil
+		}
+		t := r.clock.NewTimer(max(delay, r.act.Sub(now)))
+		select {
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+			r.Cancel()
+			return ctx.Err()
+		}
+	}
 }

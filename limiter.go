@@ -250,85 +250,22 @@ func validN(n, max int) error {
 	return nil
 }
 
-// booker is what the in-memory algorithms provide to the shared Wait and
-// Reserve plumbing: a step that books n events for key at now, provided
-// they conform within maxWait.
-type booker interface {
-	book(key string, n int, now, maxWait int64) (d Decision, b booked, ok bool)
-	unbook(key string, n int, b booked, at int64)
+// Stats describes a limiter's keyed store.
+type Stats struct {
+	// Keys is the number of keys held now.
+	Keys int
+	// MaxKeys is the cap set by WithMaxKeys; 0 means no cap.
+	MaxKeys int
+	// Slots is the number of table slots allocated, a measure of memory.
+	Slots int
+	// Inserts counts keys added to the store.
+	Inserts uint64
+	// EvictedAtRest counts keys dropped because they were at rest (back to
+	// their full allowance). Dropping them changes no decision.
+	EvictedAtRest uint64
+	// EvictedLRU counts keys dropped to make room (at the cap, or at a
+	// shard's 4 GiB of key bytes) while not at rest. They are chosen by
+	// CLOCK, an approximation of least recently used: a key not used since
+	// the clock hand last passed it. Such a key starts afresh if it returns.
+	EvictedLRU uint64
 }
-
-// reserve implements Reserve for an in-memory algorithm; maxWait < 0 means
-// no bound on the delay.
-func reserve(b booker, nc *nanoClock, key string, n, limit int, maxWait int64) (*Reservation, error) {
-	if err := validN(n, limit); err != nil {
-		return nil, err
-	}
-	now := nc.now()
-	d, bk, ok := b.book(key, n, now, maxWait)
-	r := &Reservation{ok: ok, decision: d, act: nc.timeOf(bk.act), clock: nc.clock, line: nc, actNs: bk.act}
-	if ok && n > 0 {
-		r.cancel = func(at time.Time) { b.unbook(key, n, bk, nc.nanosOf(at)) }
-	}
-	return r, nil
-}
-
-const noMaxWait = -1
-
-// waitN implements WaitN for an in-memory algorithm.
-func waitN(ctx context.Context, b booker, nc *nanoClock, key string, n, limit int) error {
-	if err := validN(n, limit); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if n == 0 {
-		return nil
-	}
-	var maxWait int64 = noMaxWait
-	if dl, ok := ctx.Deadline(); ok {
-		// A context's deadline is an instant of real time: what is left of
-		// it is measured on the time package's clock, whatever our Clock.
-		maxWait = max(int64(time.Until(dl)), 0)
-	}
-	r, err := reserve(b, nc, key, n, limit, maxWait)
-	if err != nil {
-		return err
-	}
-	if !r.ok {
-		// The deadline caused the refusal only if the events could not
-		// conform within it; a refusal for another reason (a full
-		// leaky-bucket queue that frees in time) is not the deadline's.
-		deadline := maxWait != noMaxWait && r.decision.RetryAfter > time.Duration(maxWait)
-		return &LimitError{RetryAfter: r.decision.RetryAfter, Deadline: deadline}
-	}
-	return sleepReservation(ctx, r)
-}
-
-// sleepReservation waits until r is due on the limiter's time line; if ctx
-// ends first it cancels r and returns ctx.Err(). While the clock reads
-// before 1970 the limiter's time stands still, so the wait lasts until the
-// clock itself reaches the time to act (the timer then waits the longer of
-// the two measures); after 2116 it stands still too, and the wait lasts
-// until the clock comes back or ctx ends.
-func sleepReservation(ctx context.Context, r *Reservation) error {
-	for {
-		now := r.clock.Now()
-		delay := r.DelayFrom(now)
-		if delay <= 0 {
-			return nil
-		}
-		t := r.clock.NewTimer(max(delay, r.act.Sub(now)))
-		select {
-		case <-t.C():
-		case <-ctx.Done():
-			t.Stop()
-			r.Cancel()
-			return ctx.Err()
-		}
-	}
-}
-
-// Compile-time checks that every algorithm implements Limiter.
-var _ Limiter = (*TokenBucket)(nil)

@@ -186,7 +186,7 @@ func lrCeil(a, b, c int64) int64 {
 // sit full between arrivals and waste what it would have refilled.)
 func lrTokenBucket(rate Rate, capacity, maxWait int64) lrScenario {
 	p, n, c, m := int64(rate.Period), rate.N, capacity, maxWait
-	alg, err := newTBAlgo(rate, int(capacity))
+	alg, err := newTBParams(rate, int(capacity))
 	if err != nil {
 		panic(err) // the rates above are valid
 	}
@@ -247,7 +247,7 @@ func lrTokenBucket(rate Rate, capacity, maxWait int64) lrScenario {
 // gap.
 func lrLeakyBucket(rate Rate, capacity, maxWait int64) lrScenario {
 	p, n, c, m := int64(rate.Period), rate.N, capacity, maxWait
-	alg, err := newTBAlgo(rate, int(capacity))
+	alg, err := newTBParams(rate, int(capacity))
 	if err != nil {
 		panic(err) // the rates above are valid
 	}
@@ -281,7 +281,7 @@ func lrLeakyBucket(rate Rate, capacity, maxWait int64) lrScenario {
 		},
 		anytime: true,
 		horizon: max(m, c*(p/n+1)),
-		pure:    func() lrDriver { return lrPure{&stateStepper[lbState]{a: (*lbAlgo)(alg), fresh: true}} },
+		pure:    func() lrDriver { return lrPure{&stateStepper[lbState]{a: (*lbParams)(alg), fresh: true}} },
 	}
 	if m < 0 {
 		sc.name = "LeakyBucket/Reserve"
@@ -310,7 +310,7 @@ func lrLeakyBucket(rate Rate, capacity, maxWait int64) lrScenario {
 // next grid point: Wait is for that.) The capacity plays no part.
 func lrLeakyAllow(rate Rate, capacity int64) lrScenario {
 	p, n := int64(rate.Period), rate.N
-	alg, err := newTBAlgo(rate, int(capacity))
+	alg, err := newTBParams(rate, int(capacity))
 	if err != nil {
 		panic(err) // the rates above are valid
 	}
@@ -328,7 +328,7 @@ func lrLeakyAllow(rate Rate, capacity int64) lrScenario {
 		count:    func(e int64) int64 { return 1 + e/period },
 		anytime:  true,
 		horizon:  p / n,
-		pure:     func() lrDriver { return lrPure{&stateStepper[lbState]{a: (*lbAlgo)(alg), fresh: true}} },
+		pure:     func() lrDriver { return lrPure{&stateStepper[lbState]{a: (*lbParams)(alg), fresh: true}} },
 		api: func(t *testing.T, clk *ManualClock) lrDriver {
 			lb, err := NewLeakyBucket(rate, int(capacity), WithClock(clk))
 			if err != nil {
@@ -370,7 +370,7 @@ func lrFixedWindow(rate Rate, maxWait int64) lrScenario {
 		count:   func(e int64) int64 { return l * ((lrT0+e+m)/w - w0 + 1) },
 		horizon: m + w,
 		pure: func() lrDriver {
-			return lrPure{&stateStepper[fwState]{a: &fwAlgo{limit: l, window: w}, fresh: true}}
+			return lrPure{&stateStepper[fwState]{a: &fwParams{limit: l, window: w}, fresh: true}}
 		},
 	}
 	if m == 0 {
@@ -414,7 +414,7 @@ func lrSlidingLog(rate Rate, maxWait int64) lrScenario {
 		count:    func(e int64) int64 { return l * (1 + (e+m)/w) },
 		horizon:  m + w,
 		pure: func() lrDriver {
-			return lrPure{&stateStepper[slState]{a: &slAlgo{limit: l, window: w}, fresh: true}}
+			return lrPure{&stateStepper[slState]{a: &slParams{limit: l, window: w}, fresh: true}}
 		},
 	}
 }
@@ -447,7 +447,7 @@ func lrSlidingLogAllow(rate Rate) lrScenario {
 		anytime:  true,
 		horizon:  w,
 		pure: func() lrDriver {
-			return lrPure{&stateStepper[slState]{a: &slAlgo{limit: l, window: w}, fresh: true}}
+			return lrPure{&stateStepper[slState]{a: &slParams{limit: l, window: w}, fresh: true}}
 		},
 		api: func(t *testing.T, clk *ManualClock) lrDriver {
 			sl, err := NewSlidingLog(rate, WithClock(clk))
@@ -541,8 +541,7 @@ func lrSlidingCounter(rate Rate) lrScenario {
 		anytime: true,
 		horizon: 2 * w,
 		pure: func() lrDriver {
-			a := &swcAlgo{limit: l, window: w}
-			a.lwHi, a.lwLo = bits.Mul64(uint64(l), uint64(w))
+			a := &swcParams{limit: l, window: w}
 			return lrPure{&stateStepper[swcState]{a: a, fresh: true}}
 		},
 		api: func(t *testing.T, clk *ManualClock) lrDriver {

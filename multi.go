@@ -327,51 +327,6 @@ type inMemory interface {
 	observer() *observed
 }
 
-func (k *keyed[S, A]) observer() *observed { return k.obs }
-
-func (k *keyed[S, A]) multiClock() Clock { return k.nc.clock }
-
-func (k *keyed[S, A]) multiBook(key string, n int) (Decision, booked, bool) {
-	return k.book(key, n, k.nc.now(), 0)
-}
-
-func (k *keyed[S, A]) multiUnbook(key string, n int, b booked, rollback bool) {
-	at := b.act
-	if !rollback {
-		at = k.nc.now()
-	}
-	k.unbook(key, n, b, at)
-}
-
-func (k *keyed[S, A]) multiPeek(key string) Decision {
-	d, _, _ := k.book(key, 0, k.nc.now(), 0)
-	return d
-}
-
-func (k *keyed[S, A]) latestOnly() bool {
-	switch any(k.alg).(type) {
-	case *tbAlgo, *lbAlgo:
-		return true
-	}
-	return false
-}
-
-func (k *keyed[S, A]) multiCheck(key string, n int) (Decision, int64) {
-	now := k.nc.now()
-	h, s, _ := k.st.lock(key, now, false)
-	saved := *s // a plain value (see latestOnly): restoring it unbooks
-	d, _, _ := k.alg.step(s, now, int64(n), 0)
-	*s = saved
-	h.unlock()
-	return d, now
-}
-
-// multiBookAt saves the second clock read of a pair that was checked:
-// the booking follows the check by the time the other pairs take.
-func (k *keyed[S, A]) multiBookAt(key string, n int, now int64) (Decision, booked, bool) {
-	return k.book(key, n, now, 0)
-}
-
 // booking records what allowAll booked under one pair.
 type booking struct {
 	mem      inMemory // nil for an outside limiter

@@ -2,10 +2,11 @@ package ratelimit
 
 import (
 	"fmt"
-	"math/bits"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ratelimitkit/ratelimit/internal/exact"
 )
 
 // Rate is a number of events per period: "N per Period". It is a value;
@@ -162,15 +163,6 @@ func parsePeriod(p string) (time.Duration, bool) {
 	return d, true
 }
 
-// within reports whether k intervals span at most span nanoseconds:
-// k·Period/N <= span, compared exactly in 128 bits (k, span >= 0).
-func (iv interval) within(k, span int64) bool {
-	period := uint64(iv.q)*uint64(iv.den) + uint64(iv.r) // the rate's Period
-	hi, lo := bits.Mul64(uint64(k), period)
-	shi, slo := bits.Mul64(uint64(span), uint64(iv.den))
-	return hi < shi || (hi == shi && lo <= slo)
-}
-
 // readable formats a duration of ns nanoseconds for error text: a Go
 // duration below two days ("1.5s", "36h"), days below a year ("400 days"),
 // and years beyond ("36.5 years", "292 years").
@@ -201,98 +193,11 @@ func readableNs(ns float64) string {
 	return s
 }
 
-// interval is the exact spacing of a rate, Period/N nanoseconds, as a whole
-// part q and a fraction r/den with 0 <= r < den. It lets algorithms add
-// intervals in integer arithmetic without rounding.
-type interval struct {
-	q, r, den int64
-}
+// interval is the exact spacing of a rate, Period/N nanoseconds; ftime is
+// an instant with a fraction of a nanosecond (see internal/exact).
+type (
+	interval = exact.Interval
+	ftime    = exact.Time
+)
 
-func (r Rate) interval() interval {
-	return interval{q: int64(r.Period) / r.N, r: int64(r.Period) % r.N, den: r.N}
-}
-
-// ftime is an instant in nanoseconds plus a fraction fr/den of a
-// nanosecond, 0 <= fr < den.
-type ftime struct {
-	ns int64
-	fr int64
-}
-
-// add returns t + k intervals. The caller keeps results within int64 (the
-// algorithms bound k by their capacity).
-func (iv interval) add(t ftime, k int64) ftime {
-	if k == 1 {
-		t.ns += iv.q
-		return t.carry(iv.r, iv.den)
-	}
-	hi, lo := bits.Mul64(uint64(iv.r), uint64(k))
-	quo, rem := bits.Div64(hi, lo, uint64(iv.den)) // r < den, so hi < den
-	t.ns += iv.q*k + int64(quo)
-	return t.carry(int64(rem), iv.den)
-}
-
-// carry returns t plus f/den of a nanosecond, 0 <= f < den. It compares
-// before adding: t.fr + f may exceed int64 when den is above 2⁶².
-func (t ftime) carry(f, den int64) ftime {
-	if t.fr >= den-f {
-		t.fr -= den - f
-		t.ns++
-	} else {
-		t.fr += f
-	}
-	return t
-}
-
-// sub returns t - k intervals.
-func (iv interval) sub(t ftime, k int64) ftime {
-	hi, lo := bits.Mul64(uint64(iv.r), uint64(k))
-	quo, rem := bits.Div64(hi, lo, uint64(iv.den))
-	t.ns -= iv.q*k + int64(quo)
-	t.fr -= int64(rem)
-	if t.fr < 0 {
-		t.fr += iv.den
-		t.ns--
-	}
-	return t
-}
-
-// diff returns a - b.
-func (iv interval) diff(a, b ftime) ftime {
-	d := ftime{ns: a.ns - b.ns, fr: a.fr - b.fr}
-	if d.fr < 0 {
-		d.fr += iv.den
-		d.ns--
-	}
-	return d
-}
-
-// count returns how many whole intervals fit in d (zero if d < 0).
-func (iv interval) count(d ftime) int64 {
-	if d.ns < 0 {
-		return 0
-	}
-	// (d.ns*den + d.fr) / period, in 128 bits; q*den + r is the period.
-	hi, lo := bits.Mul64(uint64(d.ns), uint64(iv.den))
-	lo, c := bits.Add64(lo, uint64(d.fr), 0)
-	hi += c
-	period := uint64(iv.q)*uint64(iv.den) + uint64(iv.r)
-	if hi >= period {
-		return 1<<63 - 1
-	}
-	q, _ := bits.Div64(hi, lo, period)
-	return int64(min(q, 1<<63-1))
-}
-
-// notAfter reports whether a <= b.
-func (a ftime) notAfter(b ftime) bool {
-	return a.ns < b.ns || (a.ns == b.ns && a.fr <= b.fr)
-}
-
-// ceilNs returns t rounded up to a whole nanosecond.
-func (t ftime) ceilNs() int64 {
-	if t.fr > 0 {
-		return t.ns + 1
-	}
-	return t.ns
-}
+func (r Rate) interval() interval { return exact.NewInterval(int64(r.Period), r.N) }

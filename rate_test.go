@@ -122,36 +122,3 @@ func TestRateStringRoundTrip(t *testing.T) {
 		t.Errorf("String = %q, want 150/day", got)
 	}
 }
-
-func TestIntervalExact(t *testing.T) {
-	iv := PerSecond(3).interval() // 333,333,333⅓ ns
-	var t0 ftime
-	t1 := iv.add(t0, 1)
-	if t1 != (ftime{333333333, 1}) {
-		t.Fatalf("one interval = %+v", t1)
-	}
-	t3 := iv.add(iv.add(t1, 1), 1)
-	if t3 != (ftime{1e9, 0}) {
-		t.Fatalf("three intervals = %+v, want exactly 1s", t3)
-	}
-	big := iv.add(t0, 3_000_000)
-	if big != (ftime{1e15, 0}) {
-		t.Fatalf("3e6 intervals = %+v, want exactly 1e6 s", big)
-	}
-	if back := iv.sub(big, 3_000_000); back != t0 {
-		t.Fatalf("sub = %+v, want zero", back)
-	}
-	if n := iv.count(ftime{1e9, 0}); n != 3 {
-		t.Fatalf("count(1s) = %d, want 3", n)
-	}
-	if n := iv.count(ftime{999999999, 2}); n != 2 {
-		t.Fatalf("count(1s - 1/3ns) = %d, want 2", n)
-	}
-	if n := iv.count(ftime{-1, 2}); n != 0 {
-		t.Fatalf("count(negative) = %d, want 0", n)
-	}
-	d := iv.diff(ftime{5, 0}, ftime{3, 2})
-	if d != (ftime{1, 1}) {
-		t.Fatalf("diff = %+v, want {1 1}", d)
-	}
-}

@@ -54,7 +54,7 @@ import (
 // Build it with NewSlidingWindowCounter. It is safe for concurrent use.
 // Most callers want Allow.
 type SlidingWindowCounter struct {
-	keyed[swcState, *swcAlgo]
+	k keyed[swcState, swcParams, *swcParams]
 }
 
 // swcState is a key's window and the counts of it and of the window before.
@@ -64,11 +64,11 @@ type swcState struct {
 	cur   int64 // events counted in it, booked ones included
 }
 
-type swcAlgo struct {
+// swcParams is a sliding window counter's parameters, immutable once
+// built: L per W.
+type swcParams struct {
 	limit  int64
 	window int64
-	// lwHi, lwLo is L·W in 128 bits.
-	lwHi, lwLo uint64
 }
 
 // NewSlidingWindowCounter returns a sliding window counter of rate.N
@@ -80,156 +80,139 @@ func NewSlidingWindowCounter(rate Rate, opts ...Option) (*SlidingWindowCounter, 
 	if err != nil {
 		return nil, err
 	}
-	alg := &swcAlgo{limit: limit, window: window}
-	alg.lwHi, alg.lwLo = bits.Mul64(uint64(limit), uint64(window))
-	k, err := newKeyed[swcState](alg, int(limit), opts)
+	alg := &swcParams{limit: limit, window: window}
+	k, err := newKeyed[swcState, swcParams](alg, int(limit), opts)
 	if err != nil {
 		return nil, err
 	}
-	return &SlidingWindowCounter{k}, nil
+	return &SlidingWindowCounter{k: k}, nil
 }
 
 // Allow reports whether one event for key may happen now, and records it
 // if so. It does not allocate for a key already in the store.
 func (sc *SlidingWindowCounter) Allow(key string) bool {
-	if sc.obs != nil {
-		return sc.allowObserved(key)
+	if sc.k.obs != nil {
+		return sc.k.allowObserved(key)
 	}
-	now := sc.nc.now()
-	a := sc.alg
-	ent, rel := sc.st.acquire(key, now)
-	s := &ent.s
-	start, prev, cur := a.current(s, now)
-	e := now - start
-	ok := e >= 0 && cur < a.limit && (prev == 0 || a.fits(prev, e, cur+1))
-	if ok {
-		*s = swcState{start: start, prev: prev, cur: cur + 1}
-	}
-	ent.unlock(rel)
+	now := sc.k.nc.now()
+	p := sc.k.p
+	h, _ := sc.k.st.Take(key, now, true)
+	_, ok := p.admit(h.State(), now, 1, 0)
+	h.Release()
 	return ok
 }
 
-func (a *swcAlgo) init(s *swcState, now int64) { *s = swcState{start: windowStart(now, a.window)} }
+func (p *swcParams) init(s *swcState, now int64) { *s = swcState{start: windowStart(now, p.window)} }
 
-func (a *swcAlgo) atRest(s *swcState, now int64) bool {
+func (p *swcParams) atRest(s *swcState, now int64) bool {
 	e := now - s.start
-	return e >= 2*a.window || (e >= a.window && s.cur == 0) || (e >= 0 && s.cur == 0 && s.prev == 0)
+	return e >= 2*p.window || (e >= p.window && s.cur == 0) || (e >= 0 && s.cur == 0 && s.prev == 0)
 }
 
 // current returns the key's window and counts as seen at now: when the
 // window has passed, the next one takes its count as the previous one, and
 // when that has passed too, both count nothing. A window later than now (a
 // booking ahead, or a clock that went back) is kept.
-func (a *swcAlgo) current(s *swcState, now int64) (start, prev, cur int64) {
+func (p *swcParams) current(s *swcState, now int64) (start, prev, cur int64) {
 	switch e := now - s.start; {
-	case e < a.window:
+	case e < p.window:
 		return s.start, s.prev, s.cur
-	case e < 2*a.window:
-		return s.start + a.window, s.cur, 0
+	case e < 2*p.window:
+		return s.start + p.window, s.cur, 0
 	default:
-		return windowStart(now, a.window), 0, 0
+		return windowStart(now, p.window), 0, 0
 	}
-}
-
-// fits reports whether prev·(W−e) + count·W <= L·W, for 0 <= e < W and
-// prev, count <= 2L.
-func (a *swcAlgo) fits(prev, e, count int64) bool {
-	h1, l1 := bits.Mul64(uint64(prev), uint64(a.window-e))
-	h2, l2 := bits.Mul64(uint64(count), uint64(a.window))
-	lo, c := bits.Add64(l1, l2, 0)
-	hi := h1 + h2 + c
-	return hi < a.lwHi || (hi == a.lwHi && lo <= a.lwLo)
 }
 
 // earliest returns the least e >= e0 such that prev·(W−e) + count·W <= L·W,
 // for count <= L; W if there is none below W.
-func (a *swcAlgo) earliest(prev, count, e0 int64) int64 {
+func (p *swcParams) earliest(prev, count, e0 int64) int64 {
 	if prev == 0 {
 		return e0
 	}
 	// prev·(W−e) <= (L−count)·W  ⟺  W−e <= ⌊(L−count)·W / prev⌋ = k.
-	hi, lo := bits.Mul64(uint64(a.limit-count), uint64(a.window))
+	hi, lo := bits.Mul64(uint64(p.limit-count), uint64(p.window))
 	if hi >= uint64(prev) {
 		return e0 // k >= 2⁶⁴ > W
 	}
 	k, _ := bits.Div64(hi, lo, uint64(prev))
-	if k >= uint64(a.window) {
+	if k >= uint64(p.window) {
 		return e0
 	}
-	return max(e0, a.window-int64(k))
+	return max(e0, p.window-int64(k))
 }
 
-func (a *swcAlgo) step(s *swcState, now, n, maxWait int64) (d Decision, b booked, ok bool) {
-	start, prev, cur := a.current(s, now)
-	d.Limit = int(a.limit)
+// admit: n events are counted at the earliest instant the weighted count
+// admits them: in the key's window, else in the next, else at the start of
+// the one after. A peek (n == 0) conforms at now and changes nothing.
+func (p *swcParams) admit(s *swcState, now, n, maxWait int64) (b booked, ok bool) {
 	if n == 0 {
-		d.Allowed = true
-		d.Remaining = a.remaining(start, prev, cur, now)
-		d.ResetAfter = a.resetAfter(start, prev, cur, now)
-		return d, booked{act: now}, true
+		return booked{act: now}, true
 	}
-	// Before the key's window (a booking ahead, a clock gone back), look
-	// from its start.
+	start, prev, cur := p.current(s, now)
 	e0 := max(now-start, 0)
 	var next swcState // the state once booked
 	var act int64
 	found := false
-	if n <= a.limit-cur {
-		if e := a.earliest(prev, cur+n, e0); e < a.window {
+	if n <= p.limit-cur {
+		if e := p.earliest(prev, cur+n, e0); e < p.window {
 			next, act, found = swcState{start: start, prev: prev, cur: cur + n}, start+e, true
 		}
 	}
 	if !found {
-		// The next window, where this one's count is the previous one's;
-		// failing that the one after, where nothing has weight (n <= L).
-		if e := a.earliest(cur, n, 0); e < a.window {
-			next, act = swcState{start: start + a.window, prev: cur, cur: n}, start+a.window+e
+		if e := p.earliest(cur, n, 0); e < p.window {
+			next, act = swcState{start: start + p.window, prev: cur, cur: n}, start+p.window+e
 		} else {
-			next, act = swcState{start: start + 2*a.window, cur: n}, start+2*a.window
+			next, act = swcState{start: start + 2*p.window, cur: n}, start+2*p.window
 		}
 	}
-	delay := act - now
-	if (maxWait >= 0 && delay > maxWait) || delay > maxSpan {
-		d.Remaining = a.remaining(start, prev, cur, now)
-		d.RetryAfter = durationNs(delay)
-		d.ResetAfter = a.resetAfter(start, prev, cur, now)
-		return d, booked{act: act}, false
+	if delay := act - now; (maxWait >= 0 && delay > maxWait) || delay > maxSpan {
+		return booked{act: act}, false
 	}
 	*s = next
-	d.Allowed = delay == 0
-	if d.Allowed {
-		d.Remaining = a.remaining(next.start, next.prev, next.cur, now)
+	return booked{act: act}, true
+}
+
+// describe reads the key's current window and the one before: what the
+// weighted count leaves (nothing while a booking waits) and when both
+// are forgotten.
+func (p *swcParams) describe(s *swcState, now int64, b booked, ok bool) (d Decision) {
+	start, prev, cur := p.current(s, now)
+	d.Limit = int(p.limit)
+	d.Allowed = ok && b.act == now
+	if !ok || d.Allowed {
+		d.Remaining = p.remaining(start, prev, cur, now)
 	}
-	d.RetryAfter = durationNs(delay)
-	d.ResetAfter = a.resetAfter(next.start, next.prev, next.cur, now)
-	return d, booked{act: act}, true
+	d.RetryAfter = durationNs(b.act - now)
+	d.ResetAfter = p.resetAfter(start, prev, cur, now)
+	return d
 }
 
 // remaining is the most m such that m more events fit at now: the largest
 // m with prev·(W−e) + (cur+m)·W <= L·W, that is L − cur − ⌈prev·(W−e)/W⌉;
 // none before the window opens.
-func (a *swcAlgo) remaining(start, prev, cur, now int64) int {
+func (p *swcParams) remaining(start, prev, cur, now int64) int {
 	e := now - start
 	if e < 0 {
 		return 0
 	}
-	hi, lo := bits.Mul64(uint64(prev), uint64(a.window-e))
-	q, r := bits.Div64(hi, lo, uint64(a.window)) // hi < W as prev <= L < 2⁶⁴
+	hi, lo := bits.Mul64(uint64(prev), uint64(p.window-e))
+	q, r := bits.Div64(hi, lo, uint64(p.window)) // hi < W as prev <= L < 2⁶⁴
 	if r > 0 {
 		q++
 	}
-	return int(max(a.limit-cur-int64(q), 0))
+	return int(max(p.limit-cur-int64(q), 0))
 }
 
 // resetAfter is how long until a key with this window and counts is at
 // rest: until its window has passed if it counts anything, else until the
 // previous window's weight is gone, else until its window begins.
-func (a *swcAlgo) resetAfter(start, prev, cur, now int64) time.Duration {
+func (p *swcParams) resetAfter(start, prev, cur, now int64) time.Duration {
 	switch {
 	case cur > 0:
-		return durationNs(start - now + 2*a.window)
+		return durationNs(start - now + 2*p.window)
 	case prev > 0:
-		return durationNs(start - now + a.window)
+		return durationNs(start - now + p.window)
 	default:
 		return durationNs(start - now)
 	}
@@ -237,14 +220,14 @@ func (a *swcAlgo) resetAfter(start, prev, cur, now int64) time.Duration {
 
 // unstep gives back n events booked to conform at act from the count of
 // their window, if the state still keeps it.
-func (a *swcAlgo) unstep(s *swcState, n int64, b booked, at int64) {
+func (p *swcParams) unstep(s *swcState, n int64, b booked, at int64) {
 	if at > b.act {
 		return // due: the events were spent
 	}
-	switch windowStart(b.act, a.window) {
+	switch windowStart(b.act, p.window) {
 	case s.start:
 		s.cur -= min(n, s.cur)
-	case s.start - a.window:
+	case s.start - p.window:
 		s.prev -= min(n, s.prev)
 	}
 }

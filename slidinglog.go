@@ -38,7 +38,7 @@ const maxLogLimit = 1 << 20
 // Build it with NewSlidingLog. It is safe for concurrent use. Most callers
 // want Allow.
 type SlidingLog struct {
-	keyed[slState, *slAlgo]
+	k keyed[slState, slParams, *slParams]
 }
 
 // slState is a key's log: a ring of the instants of its events in
@@ -50,7 +50,8 @@ type slState struct {
 	floor int64   // nothing conforms before floor: the newest dropped instant plus W
 }
 
-type slAlgo struct {
+// slParams is a sliding log's parameters, immutable once built: L per W.
+type slParams struct {
 	limit  int64
 	window int64
 }
@@ -68,48 +69,33 @@ func NewSlidingLog(rate Rate, opts ...Option) (*SlidingLog, error) {
 		return nil, fmt.Errorf("%w: a sliding log of %d events would take %d bytes per key; the limit is %d (use SlidingWindowCounter)",
 			ErrInvalidRate, limit, 8*limit, maxLogLimit)
 	}
-	alg := &slAlgo{limit: limit, window: window}
-	k, err := newKeyed[slState](alg, int(limit), opts)
+	alg := &slParams{limit: limit, window: window}
+	k, err := newKeyed[slState, slParams](alg, int(limit), opts)
 	if err != nil {
 		return nil, err
 	}
-	return &SlidingLog{k}, nil
+	return &SlidingLog{k: k}, nil
 }
 
 // Allow reports whether one event for key may happen now, and records it
-// if so. It does not allocate for a key already in the store.
+// if so. It does not allocate for a key already in the store, once the
+// key has logged an event.
 func (sl *SlidingLog) Allow(key string) bool {
-	if sl.obs != nil {
-		return sl.allowObserved(key)
+	if sl.k.obs != nil {
+		return sl.k.allowObserved(key)
 	}
-	now := sl.nc.now()
-	a := sl.alg
-	ent, rel := sl.st.acquire(key, now)
-	s := &ent.s
-	ok := s.from(now) == now
-	if ok {
-		// Instants at or before now−W have left the window.
-		var k int32
-		for k < s.n && s.at(k) <= now-a.window {
-			k++
-		}
-		ok = int64(s.n-k) < a.limit
-		if ok {
-			if s.ring == nil {
-				s.ring = make([]int64, a.limit)
-			}
-			a.drop(s, k)
-			s.push(now, 1)
-		}
-	}
-	ent.unlock(rel)
+	now := sl.k.nc.now()
+	p := sl.k.p
+	h, _ := sl.k.st.Take(key, now, true)
+	_, ok := p.admit(h.State(), now, 1, 0)
+	h.Release()
 	return ok
 }
 
-func (a *slAlgo) init(s *slState, now int64) { *s = slState{floor: now} }
+func (p *slParams) init(s *slState, now int64) { *s = slState{floor: now} }
 
-func (a *slAlgo) atRest(s *slState, now int64) bool {
-	return s.floor <= now && (s.n == 0 || s.at(s.n-1) <= now-a.window)
+func (p *slParams) atRest(s *slState, now int64) bool {
+	return s.floor <= now && (s.n == 0 || s.at(s.n-1) <= now-p.window)
 }
 
 // at returns the i-th oldest instant of the log, 0 <= i < s.n.
@@ -150,11 +136,11 @@ func (s *slState) push(t int64, k int32) {
 
 // drop removes the k oldest instants and raises floor to when the newest
 // of them leaves the window.
-func (a *slAlgo) drop(s *slState, k int32) {
+func (p *slParams) drop(s *slState, k int32) {
 	if k == 0 {
 		return
 	}
-	s.floor = max(s.floor, s.at(k-1)+a.window)
+	s.floor = max(s.floor, s.at(k-1)+p.window)
 	s.head += k
 	if size := int32(len(s.ring)); s.head >= size {
 		s.head -= size
@@ -176,63 +162,61 @@ func (s *slState) after(t int64) int32 {
 	return lo
 }
 
-func (a *slAlgo) step(s *slState, now, n, maxWait int64) (d Decision, b booked, ok bool) {
-	d.Limit = int(a.limit)
-	from := s.from(now)
+// admit: n events conform at the earliest instant, not before the key's
+// latest logged instant nor its floor, at which the log holds at most L-n
+// instants in the window before it; they are logged at that instant. A
+// peek (n == 0) conforms at now and changes nothing.
+func (p *slParams) admit(s *slState, now, n, maxWait int64) (b booked, ok bool) {
 	if n == 0 {
-		d.Allowed = true
-		d.Remaining = a.remaining(s, now, from)
-		d.ResetAfter = a.resetAfter(s, now)
-		return d, booked{act: now}, true
+		return booked{act: now}, true
 	}
-	// The window (t−W, t] has room for n iff at most L−n logged instants
-	// are later than t−W, that is iff the (L−n+1)-th newest is at or before
-	// t−W: t is at least that instant plus W.
-	act := from
-	if j := int64(s.n) - (a.limit - n) - 1; j >= 0 {
-		act = max(act, s.at(int32(j))+a.window)
+	act := s.from(now)
+	if j := int64(s.n) - (p.limit - n) - 1; j >= 0 {
+		act = max(act, s.at(int32(j))+p.window)
 	}
-	delay := act - now
-	if (maxWait >= 0 && delay > maxWait) || delay > maxSpan {
-		d.Remaining = a.remaining(s, now, from)
-		d.RetryAfter = durationNs(delay)
-		d.ResetAfter = a.resetAfter(s, now)
-		return d, booked{act: act}, false
+	if delay := act - now; (maxWait >= 0 && delay > maxWait) || delay > maxSpan {
+		return booked{act: act}, false
 	}
 	if s.ring == nil {
-		s.ring = make([]int64, a.limit)
+		s.ring = make([]int64, p.limit)
 	}
-	// Drop the instants that have left the window at now, then as many of
-	// the oldest as the booking needs room for: all are at or before act−W.
-	a.drop(s, s.after(now-a.window))
-	if over := int64(s.n) + n - a.limit; over > 0 {
-		a.drop(s, int32(over))
+	p.drop(s, s.after(now-p.window))
+	if over := int64(s.n) + n - p.limit; over > 0 {
+		p.drop(s, int32(over))
 	}
 	s.push(act, int32(n))
-	d.Allowed = delay == 0
-	if d.Allowed {
-		d.Remaining = int(a.limit - int64(s.n))
+	return booked{act: act}, true
+}
+
+// describe reads the log: the room left in the window before now (none
+// while a booking waits or before the floor) and when the last logged
+// instant leaves the window.
+func (p *slParams) describe(s *slState, now int64, b booked, ok bool) (d Decision) {
+	d.Limit = int(p.limit)
+	d.Allowed = ok && b.act == now
+	if !ok || d.Allowed {
+		d.Remaining = p.remaining(s, now, s.from(now))
 	}
-	d.RetryAfter = durationNs(delay)
-	d.ResetAfter = durationNs(act - now + a.window)
-	return d, booked{act: act}, true
+	d.RetryAfter = durationNs(b.act - now)
+	d.ResetAfter = p.resetAfter(s, now)
+	return d
 }
 
 // remaining is how many events the window (now−W, now] has room for;
 // none if nothing conforms at now.
-func (a *slAlgo) remaining(s *slState, now, from int64) int {
+func (p *slParams) remaining(s *slState, now, from int64) int {
 	if from > now {
 		return 0
 	}
-	return int(a.limit - int64(s.n-s.after(now-a.window)))
+	return int(p.limit - int64(s.n-s.after(now-p.window)))
 }
 
 // resetAfter is how long until every logged instant has left the window
 // and floor has passed.
-func (a *slAlgo) resetAfter(s *slState, now int64) time.Duration {
+func (p *slParams) resetAfter(s *slState, now int64) time.Duration {
 	t := s.floor
 	if s.n > 0 {
-		t = max(t, s.at(s.n-1)+a.window)
+		t = max(t, s.at(s.n-1)+p.window)
 	}
 	if t <= now {
 		return 0
@@ -243,7 +227,7 @@ func (a *slAlgo) resetAfter(s *slState, now int64) time.Duration {
 // unstep removes n instants equal to act, the booking's, from the log, if
 // it is not yet due. Instants dropped since to make room for a later
 // booking are gone already.
-func (a *slAlgo) unstep(s *slState, n int64, b booked, at int64) {
+func (p *slParams) unstep(s *slState, n int64, b booked, at int64) {
 	act := b.act
 	if at > act || s.n == 0 {
 		return

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ratelimitkit/ratelimit/internal/keystore"
 )
 
 // Stress tests for the keyed store: several goroutines call every
@@ -140,15 +142,15 @@ func checkLimiterStore(t *testing.T, lim testLimiter) {
 	t.Helper()
 	switch l := lim.(type) {
 	case *TokenBucket:
-		checkStore(t, l.st)
+		checkStore(t, l.k.st)
 	case *LeakyBucket:
-		checkStore(t, l.st)
+		checkStore(t, l.k.st)
 	case *FixedWindow:
-		checkStore(t, l.st)
+		checkStore(t, l.k.st)
 	case *SlidingLog:
-		checkStore(t, l.st)
+		checkStore(t, l.k.st)
 	case *SlidingWindowCounter:
-		checkStore(t, l.st)
+		checkStore(t, l.k.st)
 	default:
 		t.Fatalf("checkLimiterStore: unknown limiter %T", lim)
 	}
@@ -258,7 +260,7 @@ func TestStressDeletesMoveLiveKeys(t *testing.T) {
 			hot := stressKeys("hot", hotKeys)
 			for r := range rounds {
 				if r > 0 {
-					clk.Advance(restGrace + 3*suitePeriod)
+					clk.Advance(keystore.RestGrace + 3*suitePeriod)
 				}
 				fresh := stressKeys(fmt.Sprint("round", r), roundKeys)
 				got := make([]atomic.Int64, len(hot))

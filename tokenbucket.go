@@ -43,14 +43,15 @@ import "fmt"
 // Build it with NewTokenBucket. It is safe for concurrent use. Most callers
 // want Allow.
 type TokenBucket struct {
-	keyed[tbState, *tbAlgo]
+	k keyed[tbState, tbParams, *tbParams]
 }
 
 type tbState struct {
 	tat ftime
 }
 
-type tbAlgo struct {
+// tbParams is a token bucket's parameters, immutable once built.
+type tbParams struct {
 	iv       interval
 	capacity int64
 	tau      ftime // C intervals: the burst tolerance
@@ -62,18 +63,18 @@ type tbAlgo struct {
 // capacity is not positive or capacity/rate (the time the bucket takes to
 // refill from empty) exceeds about 36.5 years (2⁶⁰ ns).
 func NewTokenBucket(rate Rate, capacity int, opts ...Option) (*TokenBucket, error) {
-	alg, err := newTBAlgo(rate, capacity)
+	alg, err := newTBParams(rate, capacity)
 	if err != nil {
 		return nil, err
 	}
-	k, err := newKeyed[tbState](alg, capacity, opts)
+	k, err := newKeyed[tbState, tbParams](alg, capacity, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &TokenBucket{k}, nil
+	return &TokenBucket{k: k}, nil
 }
 
-func newTBAlgo(rate Rate, capacity int) (*tbAlgo, error) {
+func newTBParams(rate Rate, capacity int) (*tbParams, error) {
 	if err := rate.validate(); err != nil {
 		return nil, err
 	}
@@ -81,69 +82,76 @@ func newTBAlgo(rate Rate, capacity int) (*tbAlgo, error) {
 		return nil, fmt.Errorf("%w: capacity must be positive, got %d", ErrInvalidCapacity, capacity)
 	}
 	iv := rate.interval()
-	if !iv.within(int64(capacity), maxSpan) {
+	if !iv.Within(int64(capacity), maxSpan) {
 		span := float64(capacity) * float64(rate.Period) / float64(rate.N)
 		return nil, fmt.Errorf("%w: a capacity of %d at %v takes %s to refill, more than a bucket may span (%s)",
 			ErrInvalidCapacity, capacity, rate, readableNs(span), maxSpanText)
 	}
-	return &tbAlgo{iv: iv, capacity: int64(capacity), tau: iv.add(ftime{}, int64(capacity))}, nil
+	return &tbParams{iv: iv, capacity: int64(capacity), tau: iv.Add(ftime{}, int64(capacity))}, nil
 }
 
 // Allow reports whether one event for key may happen now, and records it
 // if so. It does not allocate for a key already in the store.
 func (tb *TokenBucket) Allow(key string) bool {
-	if tb.obs != nil {
-		return tb.allowObserved(key)
+	if tb.k.obs != nil {
+		return tb.k.allowObserved(key)
 	}
-	now := tb.nc.now()
-	a := tb.alg
-	ent, rel := tb.st.acquire(key, now)
-	s := &ent.s
-	base := s.tat
-	if base.ns < now {
-		base = ftime{ns: now}
-	}
-	next := a.iv.add(base, 1)
-	ok := next.notAfter(ftime{ns: now + a.tau.ns, fr: a.tau.fr})
-	if ok {
-		s.tat = next
-	}
-	ent.unlock(rel)
+	now := tb.k.nc.now()
+	p := tb.k.p
+	h, _ := tb.k.st.Take(key, now, true)
+	_, ok := p.admit(h.State(), now, 1, 0)
+	h.Release()
 	return ok
 }
 
-func (a *tbAlgo) init(s *tbState, now int64) { s.tat = ftime{ns: now} }
+func (p *tbParams) init(s *tbState, now int64) { s.tat = ftime{Ns: now} }
 
-func (a *tbAlgo) atRest(s *tbState, now int64) bool { return s.tat.notAfter(ftime{ns: now}) }
+func (p *tbParams) atRest(s *tbState, now int64) bool { return s.tat.NotAfter(ftime{Ns: now}) }
 
-func (a *tbAlgo) step(s *tbState, now, n, maxWait int64) (d Decision, b booked, ok bool) {
+// admit: n tokens conform at the instant TAT+n/r-C/r (rounded up to a
+// whole nanosecond), or now if that is earlier; booking them moves TAT on
+// n intervals. A peek (n == 0) changes nothing, not even a TAT in the past.
+func (p *tbParams) admit(s *tbState, now, n, maxWait int64) (b booked, ok bool) {
 	base := s.tat
-	if base.ns < now {
-		base = ftime{ns: now}
+	if base.Ns < now {
+		base = ftime{Ns: now}
 	}
-	full := ftime{ns: now + a.tau.ns, fr: a.tau.fr} // TAT of an empty bucket
-	next := a.iv.add(base, n)
-	var delay int64
-	if !next.notAfter(full) {
-		delay = a.iv.diff(next, full).ceilNs() // next - tau - now, rounded up
+	var next ftime
+	if n == 1 { // Allow's case, inlined
+		next = p.iv.Next(base)
+	} else {
+		next = p.iv.Add(base, n)
 	}
-	d.Limit = int(a.capacity)
-	if (maxWait >= 0 && delay > maxWait) || delay > maxSpan {
-		d.Remaining = int(min(a.iv.count(a.iv.diff(full, base)), a.capacity))
-		d.RetryAfter = durationNs(delay)
-		d.ResetAfter = durationNs(base.ceilNs() - now)
-		return d, booked{act: now + delay}, false
+	full := ftime{Ns: now + p.tau.Ns, Fr: p.tau.Fr} // TAT of an empty bucket
+	act := now
+	if !next.NotAfter(full) {
+		act += p.iv.Diff(next, full).CeilNs() // next - tau, rounded up
 	}
-	if n > 0 { // a peek changes nothing, not even a TAT in the past
+	if delay := act - now; (maxWait >= 0 && delay > maxWait) || delay > maxSpan {
+		return booked{act: act}, false
+	}
+	if n > 0 {
 		s.tat = next
 	}
-	d.Allowed = delay == 0
-	if d.Allowed {
-		d.Remaining = int(min(a.iv.count(a.iv.diff(full, next)), a.capacity))
+	return booked{act: act, end: next}, true
+}
+
+// describe reads the bucket from TAT (or now, if later): the tokens it
+// holds, and when it is full again. A booking that must wait leaves none.
+func (p *tbParams) describe(s *tbState, now int64, b booked, ok bool) (d Decision) {
+	base := s.tat
+	if base.Ns < now {
+		base = ftime{Ns: now}
 	}
-	d.RetryAfter = durationNs(delay)
-	d.ResetAfter = durationNs(next.ceilNs() - now)
-	return d, booked{act: now + delay, end: next}, true
+	d.Limit = int(p.capacity)
+	d.Allowed = ok && b.act == now
+	if !ok || d.Allowed {
+		full := ftime{Ns: now + p.tau.Ns, Fr: p.tau.Fr}
+		d.Remaining = int(min(p.iv.Count(p.iv.Diff(full, base)), p.capacity))
+	}
+	d.RetryAfter = durationNs(b.act - now)
+	d.ResetAfter = durationNs(base.CeilNs() - now)
+	return d
 }
 
 // unstep gives back a booking of n tokens that moved TAT to b.end, if at
@@ -159,9 +167,11 @@ func (a *tbAlgo) step(s *tbState, now, n, maxWait int64) (d Decision, b booked, 
 // TAT is b.end only if every booking made after this one has been given
 // back: each booking leaves TAT beyond where it found it, and a give-back
 // returns it only to where the latest booking found it.
-func (a *tbAlgo) unstep(s *tbState, n int64, b booked, at int64) {
+func (p *tbParams) unstep(s *tbState, n int64, b booked, at int64) {
 	if at > b.act || s.tat != b.end {
 		return // due (the tokens were spent), or not the latest
 	}
-	s.tat = a.iv.sub(s.tat, n)
+	s.tat = p.iv.Sub(s.tat, n)
 }
+
+var _ Limiter = (*TokenBucket)(nil)

@@ -22,7 +22,7 @@ type winStepper interface {
 }
 
 type fwStepper struct {
-	a *fwAlgo
+	a *fwParams
 	s fwState
 }
 
@@ -40,7 +40,7 @@ func (w *fwStepper) fresh(now int64) winStepper {
 }
 
 type swcStepper struct {
-	a *swcAlgo
+	a *swcParams
 	s swcState
 }
 
@@ -58,7 +58,7 @@ func (w *swcStepper) fresh(now int64) winStepper {
 }
 
 type slStepper struct {
-	a *slAlgo
+	a *slParams
 	s slState
 }
 
@@ -108,7 +108,7 @@ func fuzzFixedWindow(rate Rate) (winStepper, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &fwStepper{a: l.alg}, nil
+	return &fwStepper{a: l.k.p}, nil
 }
 
 func fuzzSlidingLog(rate Rate) (winStepper, error) {
@@ -121,7 +121,7 @@ func fuzzSlidingLog(rate Rate) (winStepper, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &slStepper{a: l.alg}, nil
+	return &slStepper{a: l.k.p}, nil
 }
 
 func fuzzSlidingCounter(rate Rate) (winStepper, error) {
@@ -129,7 +129,7 @@ func fuzzSlidingCounter(rate Rate) (winStepper, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &swcStepper{a: l.alg}, nil
+	return &swcStepper{a: l.k.p}, nil
 }
 
 // FuzzWindowStep drives a window algorithm's step with fuzzed rates (tiny

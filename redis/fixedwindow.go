@@ -59,7 +59,7 @@ func NewFixedWindow(client Client, rate ratelimit.Rate, opts ...Option) (*FixedW
 	return &FixedWindow{l}, nil
 }
 
-// fwScript mirrors the core's fwAlgo.step and unstep; st is the key's
+// fwScript mirrors the core's fwParams.admit and unstep; st is the key's
 // window start relative to now. Its replies are the token bucket's (see
 // tbScript), remaining in place of remNs; the cancel token is the booked
 // instant. A value the script could not have written (a window start off

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
+
+	"github.com/ratelimitkit/ratelimit/internal/exact"
 )
 
 // LeakyBucket is ratelimit.LeakyBucket on Redis: per key, a queue of at
@@ -60,13 +62,13 @@ func (a *lbAlgo) decision(r *reply, _ int64) ratelimit.Decision {
 	return ratelimit.Decision{
 		Allowed:    r.allowed,
 		Limit:      int(a.capacity),
-		Remaining:  int(min(a.iv.count(r.a, r.b), a.capacity)),
+		Remaining:  int(min(a.iv.Count(exact.Time{Ns: r.a, Fr: r.b}), a.capacity)),
 		RetryAfter: time.Duration(r.retry),
 		ResetAfter: time.Duration(r.reset),
 	}
 }
 
-// lbScript mirrors the core's lbAlgo.step and unstep. Instants are ns
+// lbScript mirrors the core's lbParams.admit and unstep. Instants are ns
 // relative to now with a numerator over den (see luaPrelude). Its replies
 // and cancel token are the token bucket's (the end of the queue for the
 // TAT): Cancel gives back only the tail of the queue, not yet started.

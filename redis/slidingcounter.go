@@ -83,7 +83,7 @@ local function remaining(s, prev, cur)
 end
 `
 
-// swcScript mirrors the core's swcAlgo.step and unstep; st is the key's
+// swcScript mirrors the core's swcParams.admit and unstep; st is the key's
 // window start relative to now, so now lies e = -st into it. Its replies
 // are the fixed window's. A value the script could not have written (a
 // window start off the epoch's boundaries or further ahead than a booking

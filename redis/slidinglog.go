@@ -62,7 +62,7 @@ func NewSlidingLog(client Client, rate ratelimit.Rate, opts ...Option) (*Sliding
 	return &SlidingLog{l}, nil
 }
 
-// slScript mirrors the core's slAlgo.step and unstep. KEYS[1] is the log,
+// slScript mirrors the core's slParams.admit and unstep. KEYS[1] is the log,
 // KEYS[2] the floor; instants are relative to now. Its replies are the
 // fixed window's; the cancel token is the booked instant. A log or floor
 // the script could not have written (of another type, more than L

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
+
+	"github.com/ratelimitkit/ratelimit/internal/exact"
 )
 
 // Bounds that keep every instant a script computes with exact in Lua's
@@ -53,7 +55,7 @@ type TokenBucket struct {
 var _ ratelimit.Limiter = (*TokenBucket)(nil)
 
 type tbAlgo struct {
-	iv       interval
+	iv       exact.Interval
 	capacity int64
 	tauNs    int64 // C intervals: the burst tolerance
 	tauFr    int64
@@ -95,15 +97,16 @@ func newTBAlgo(rate ratelimit.Rate, capacity int) (*tbAlgo, error) {
 	if capacity <= 0 {
 		return nil, fmt.Errorf("%w: capacity must be positive, got %d", ratelimit.ErrInvalidCapacity, capacity)
 	}
-	iv := newInterval(rate)
+	iv := exact.NewInterval(int64(rate.Period), rate.N)
 	a := &tbAlgo{iv: iv, capacity: int64(capacity)}
-	if a.capacity > int64(maxSpan)/max(iv.q, 1) {
+	if a.capacity > int64(maxSpan)/max(iv.Q, 1) {
 		return nil, fmt.Errorf("%w: capacity %d at %v spans more than %v, the redis backend's bound", ratelimit.ErrInvalidCapacity, capacity, rate, maxSpan)
 	}
-	a.tauNs, a.tauFr = iv.times(a.capacity)
-	nivNs, nivFr := iv.times(1)
-	a.niv1 = fmt.Sprintf("%d %d", nivNs, nivFr)
-	a.params = fmt.Sprintf("%d %d %d %d", a.tauNs, a.tauFr, iv.den, int64(horizon))
+	tau := iv.Add(exact.Time{}, a.capacity)
+	a.tauNs, a.tauFr = tau.Ns, tau.Fr
+	niv := iv.Add(exact.Time{}, 1)
+	a.niv1 = fmt.Sprintf("%d %d", niv.Ns, niv.Fr)
+	a.params = fmt.Sprintf("%d %d %d %d", a.tauNs, a.tauFr, iv.Den, int64(horizon))
 	if a.tauNs >= int64(maxSpan) && (a.tauNs > int64(maxSpan) || a.tauFr > 0) {
 		return nil, fmt.Errorf("%w: capacity %d at %v spans more than %v, the redis backend's bound", ratelimit.ErrInvalidCapacity, capacity, rate, maxSpan)
 	}
@@ -114,8 +117,8 @@ func (a *tbAlgo) args(dst []any, n, _ int64) []any {
 	if n == 1 {
 		return append(dst, a.niv1, a.params)
 	}
-	nivNs, nivFr := a.iv.times(n)
-	return append(dst, strconv.FormatInt(nivNs, 10)+" "+strconv.FormatInt(nivFr, 10), a.params)
+	niv := a.iv.Add(exact.Time{}, n)
+	return append(dst, strconv.FormatInt(niv.Ns, 10)+" "+strconv.FormatInt(niv.Fr, 10), a.params)
 }
 
 // decision reads {ok, allowed, remNs, remFr, ...}: rem is the span of the
@@ -128,7 +131,7 @@ func (a *tbAlgo) decision(r *reply, n int64) ratelimit.Decision {
 		ResetAfter: time.Duration(r.reset),
 	}
 	if !r.ok || r.allowed {
-		d.Remaining = int(min(a.iv.count(r.a, r.b), a.capacity))
+		d.Remaining = int(min(a.iv.Count(exact.Time{Ns: r.a, Fr: r.b}), a.capacity))
 	}
 	return d
 }
@@ -232,7 +235,7 @@ end
 held = false
 `
 
-// tbScript mirrors the core's tbAlgo.step and unstep. Instants are ns
+// tbScript mirrors the core's tbParams.admit and unstep. Instants are ns
 // relative to now with a numerator over den (see luaPrelude).
 //
 // A step ('s', or 'r' for a booking that may be cancelled) replies

