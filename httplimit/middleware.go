@@ -328,6 +328,10 @@ func WithRetryAfter(d time.Duration) ConcurrencyOption {
 // several limits use RulesMiddleware, or a ratelimit.Multi as lim (its
 // headers describe the strictest part under one policy name).
 //
+// A ratelimit.Shadow as lim tries a limit out: every request goes on, and
+// no rate-limit header is written (the shadow's decisions go to its
+// observer).
+//
 // On the allowed path it allocates nothing but the headers it writes (two
 // allocations) and what lim and the key function do (ByIP: nothing for
 // IPv4). It panics if lim is nil.
@@ -337,6 +341,7 @@ func Middleware(lim ratelimit.Limiter, opts ...LimitOption) func(http.Handler) h
 	}
 	c := newLimitConfig(opts)
 	m := &limitMiddleware{cfg: c, lim: lim, item: field.String(c.name), names: []string{c.name}, window: c.window}
+	_, m.shadow = lim.(*ratelimit.Shadow)
 	if w, ok := lim.(interface{ Window() time.Duration }); ok && m.window == 0 {
 		m.window = w.Window()
 	}
@@ -352,6 +357,7 @@ type limitMiddleware struct {
 	names  []string
 	window time.Duration // RateLimit-Policy's w; <= 0: none
 	policy atomic.Pointer[cachedPolicy]
+	shadow bool // lim is a ratelimit.Shadow: it never denies, and gets no headers
 }
 
 // cachedPolicy is the RateLimit-Policy value for the last Limit seen: a
@@ -380,6 +386,10 @@ func (m *limitMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 	d, err := m.lim.AllowN(r.Context(), key, 1)
 	if err != nil {
 		c.undecided(w, r, next, err, true)
+		return
+	}
+	if m.shadow {
+		next.ServeHTTP(w, r)
 		return
 	}
 	v := view{item: m.item, d: d, retry: d.RetryAfter, denied: !d.Allowed}
@@ -510,22 +520,27 @@ type classView struct {
 	set              *ratelimit.RuleSet
 	names            []string
 	items            []string // names as sf-strings
-	policy           string   // RateLimit-Policy value
+	policy           string   // RateLimit-Policy value, shadow rules left out
+	shadows          int      // how many rules are shadow rules
 	needUser, needIP bool
 }
 
 func newClassView(set *ratelimit.RuleSet) *classView {
 	cv := &classView{set: set}
-	for i, r := range set.Rules() {
+	for _, r := range set.Rules() {
 		item := field.String(r.Name)
 		cv.names = append(cv.names, r.Name)
 		cv.items = append(cv.items, item)
-		if i > 0 {
+		cv.needUser = cv.needUser || r.Scope == ratelimit.PerUser
+		cv.needIP = cv.needIP || r.Scope == ratelimit.PerIP
+		if r.Shadow {
+			cv.shadows++
+			continue
+		}
+		if cv.policy != "" {
 			cv.policy += ", "
 		}
 		cv.policy += field.PolicyItem(item, r.Burst, r.Window())
-		cv.needUser = cv.needUser || r.Scope == ratelimit.PerUser
-		cv.needIP = cv.needIP || r.Scope == ratelimit.PerIP
 	}
 	return cv
 }
@@ -568,7 +583,11 @@ func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 		c.undecided(w, r, next, err, true)
 		return
 	}
-	i := d.Strictest()
+	if cv.shadows == len(cv.names) { // only shadow rules: nothing to tell the client
+		next.ServeHTTP(w, r)
+		return
+	}
+	i := d.Strictest() // never a shadow rule's: its Decision bounds nothing
 	v := view{policy: cv.policy, item: cv.items[i], d: d.At(i), retry: d.RetryAfter, denied: !d.Allowed}
 	write(w.Header(), c.headers, &v)
 	if !d.Allowed {
