@@ -67,7 +67,8 @@ type keyed[S, P any, A algo[S, P]] struct {
 	nc    nanoClock
 	st    *keystore.Store[S]
 	limit int
-	sw    *sweeper // nil without WithSweepInterval
+	sw    *sweeper  // nil without WithSweepInterval
+	obs   *observed // nil without WithObserver: Allow's one check
 }
 
 func newKeyed[S, P any, A algo[S, P]](p *P, limit int, opts []Option) (keyed[S, P, A], error) {
@@ -75,7 +76,7 @@ func newKeyed[S, P any, A algo[S, P]](p *P, limit int, opts []Option) (keyed[S, 
 	if err != nil {
 		return keyed[S, P, A]{}, err
 	}
-	k := keyed[S, P, A]{p: p, nc: newNanoClock(cfg.clock), limit: limit}
+	k := keyed[S, P, A]{p: p, nc: newNanoClock(cfg.clock), limit: limit, obs: newObserved(&cfg)}
 	a := A(p)
 	k.st = keystore.New(keystore.Config{Shards: cfg.shards, MaxKeys: cfg.maxKeys}, a.init, a.atRest)
 	if cfg.sweepInterval > 0 {
@@ -94,7 +95,19 @@ func (k *keyed[S, P, A]) AllowN(ctx context.Context, key string, n int) (Decisio
 		return Decision{}, err
 	}
 	d, _, _ := k.book(key, n, k.nc.now(), 0)
+	if k.obs != nil && n > 0 {
+		k.obs.report(key, n, d, 0)
+	}
 	return d, nil
+}
+
+// allowObserved is Allow when an observer is set: the full decision
+// (admit, then describe), so that the event says what remains and when to
+// retry. Every Allow calls it after one check of k.obs.
+func (k *keyed[S, P, A]) allowObserved(key string) bool {
+	d, _, _ := k.book(key, 1, k.nc.now(), 0)
+	k.obs.report(key, 1, d, 0)
+	return d.Allowed
 }
 
 // Reserve books n events for key at the earliest time they conform. See
@@ -103,12 +116,35 @@ func (k *keyed[S, P, A]) Reserve(ctx context.Context, key string, n int) (*Reser
 	if err := validN(n, k.limit); err != nil {
 		return nil, err
 	}
-	return k.reserve(key, n, noMaxWait), nil
+	r := k.reserve(key, n, noMaxWait)
+	if k.obs != nil && n > 0 {
+		d := r.decision
+		d.Allowed = r.ok
+		k.obs.report(key, n, d, d.RetryAfter) // Waited: the delay booked
+	}
+	return r, nil
 }
 
 // WaitN blocks until n events for key may happen and records them. See
 // Limiter for what it leaves behind when it fails.
 func (k *keyed[S, P, A]) WaitN(ctx context.Context, key string, n int) error {
+	if k.obs == nil || n <= 0 || ctx.Err() != nil { // nothing to report
+		return k.waitN(ctx, key, n)
+	}
+	start := k.nc.now()
+	err := k.waitN(ctx, key, n)
+	if err != ErrExceedsLimit {
+		var d Decision
+		d.Allowed = err == nil
+		if le, ok := err.(*LimitError); ok {
+			d.RetryAfter = le.RetryAfter
+		}
+		k.obs.report(key, n, d, durationNs(k.nc.now()-start))
+	}
+	return err
+}
+
+func (k *keyed[S, P, A]) waitN(ctx context.Context, key string, n int) error {
 	if err := validN(n, k.limit); err != nil {
 		return err
 	}

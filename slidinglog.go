@@ -81,6 +81,9 @@ func NewSlidingLog(rate Rate, opts ...Option) (*SlidingLog, error) {
 // if so. It does not allocate for a key already in the store, once the
 // key has logged an event.
 func (sl *SlidingLog) Allow(key string) bool {
+	if sl.k.obs != nil {
+		return sl.k.allowObserved(key)
+	}
 	now := sl.k.nc.now()
 	p := sl.k.p
 	h, _ := sl.k.st.Take(key, now, true)

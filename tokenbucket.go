@@ -93,6 +93,9 @@ func newTBParams(rate Rate, capacity int) (*tbParams, error) {
 // Allow reports whether one event for key may happen now, and records it
 // if so. It does not allocate for a key already in the store.
 func (tb *TokenBucket) Allow(key string) bool {
+	if tb.k.obs != nil {
+		return tb.k.allowObserved(key)
+	}
 	now := tb.k.nc.now()
 	p := tb.k.p
 	h, _ := tb.k.st.Take(key, now, true)
