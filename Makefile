@@ -5,8 +5,8 @@ GO ?= go
 .PHONY: demo svg test lint fmtcheck vet bench bench-redis bench-profile fuzz
 
 ## demo: the limiters at work: a token bucket, the five algorithms side by
-## side, an HTTP API behind rules and an HTTP client within a server's
-## limits. Every line fits 80 columns: a longer one fails the demo (the
+## side, an HTTP API behind rules, an HTTP client within a server's limits,
+## a gRPC server, and the metrics page of a server under a burst. Every line fits 80 columns: a longer one fails the demo (the
 ## examples' own tests check it too).
 DEMOS := tokenbucket algorithms httpserver httpclient
 demo: SHELL := /bin/bash
@@ -20,6 +20,10 @@ demo:
 	done
 	@echo "== cd grpclimit && go run ./examples/grpcserver"
 	@cd grpclimit && $(GO) run ./examples/grpcserver | LC_ALL=C awk '{ print; s = $$0; gsub(/[\200-\277]/, "", s); \
+		if (length(s) > 80) n++ } END { if (n) { print n " lines over 80 columns" > "/dev/stderr"; exit 1 } }'
+	@echo
+	@echo "== cd prometheus && go run ./examples/metricsdemo"
+	@cd prometheus && $(GO) run ./examples/metricsdemo | LC_ALL=C awk '{ print; s = $$0; gsub(/[\200-\277]/, "", s); \
 		if (length(s) > 80) n++ } END { if (n) { print n " lines over 80 columns" > "/dev/stderr"; exit 1 } }'
 
 ## svg: redraw docs/algorithms.svg, the five algorithms on one trace, from

@@ -85,7 +85,8 @@ type Bulkhead struct {
 	maxWait    time.Duration
 	maxWaiters int
 	clock      Clock
-	timeoutErr error // returned when maxWait passes
+	timeoutErr error     // returned when maxWait passes
+	obs        *observed // nil unless WithBulkheadObserver
 }
 
 const (
@@ -112,6 +113,28 @@ type bulkheadConfig struct {
 	maxWait    time.Duration // default: 0, bounded by ctx only
 	maxWaiters int           // default: 0, no bound
 	clock      Clock         // default: SystemClock()
+	observer   Observer      // default: nil, no events
+	name       string        // default: "", the bulkhead's name in events
+}
+
+func (c *bulkheadConfig) observed() *observed {
+	if c.observer == nil {
+		return nil
+	}
+	return &observed{obs: bind(c.observer, c.name), name: c.name}
+}
+
+// WithBulkheadObserver makes the bulkhead call o with an Event for each
+// TryAcquire and Acquire: Allowed if a permit was taken, Remaining the
+// permits then free, Waited how long Acquire waited. Given more than once,
+// every observer is called. See Observer for what o must do.
+func WithBulkheadObserver(o Observer) BulkheadOption {
+	return func(c *bulkheadConfig) { c.observer = Observers(c.observer, o) }
+}
+
+// WithBulkheadName names the bulkhead in its events (Event.Limiter).
+func WithBulkheadName(name string) BulkheadOption {
+	return func(c *bulkheadConfig) { c.name = name }
 }
 
 func newBulkheadConfig(limit int, opts []BulkheadOption) (bulkheadConfig, error) {
@@ -184,6 +207,7 @@ func NewBulkhead(limit int, opts ...BulkheadOption) (*Bulkhead, error) {
 		maxWaiters: cfg.maxWaiters,
 		clock:      cfg.clock,
 		timeoutErr: cfg.timeoutError(),
+		obs:        cfg.observed(),
 	}
 	b.state.Store(uint64(limit) << bhLimitShift)
 	return b, nil
@@ -198,6 +222,20 @@ func NewBulkhead(limit int, opts ...BulkheadOption) (*Bulkhead, error) {
 // a third concurrent TryAcquire refuse too even if a permit is free by
 // then. No call is ever admitted beyond the limit.
 func (b *Bulkhead) TryAcquire() bool {
+	ok := b.tryAcquire()
+	if b.obs != nil {
+		b.report(ok, 0)
+	}
+	return ok
+}
+
+// report hands the event of one TryAcquire or Acquire to the observer.
+func (b *Bulkhead) report(ok bool, waited time.Duration) {
+	s := bhSettled(b.state.Load())
+	b.obs.report("", 1, Decision{Allowed: ok, Remaining: max(bhLimit(s)-bhInFlight(s), 0)}, waited)
+}
+
+func (b *Bulkhead) tryAcquire() bool {
 	if s := b.state.Load(); s&bhWaitersBit != 0 || bhInFlight(s) >= bhLimit(s) {
 		return false
 	}
@@ -255,12 +293,22 @@ func bhSettled(s uint64) uint64 {
 // (WithMaxWaiters) is reached; an error matching ErrBulkheadFull, saying
 // how long it waited, if the maximum wait passed.
 func (b *Bulkhead) Acquire(ctx context.Context) error {
+	if b.obs == nil {
+		return b.acquire(ctx)
+	}
+	start := b.clock.Now()
+	err := b.acquire(ctx)
+	b.report(err == nil, max(b.clock.Now().Sub(start), 0))
+	return err
+}
+
+func (b *Bulkhead) acquire(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	default:
 	}
-	if b.TryAcquire() {
+	if b.tryAcquire() {
 		return nil
 	}
 	w, err := b.enqueue()

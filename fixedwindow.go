@@ -74,6 +74,9 @@ func NewFixedWindow(rate Rate, opts ...Option) (*FixedWindow, error) {
 // Allow reports whether one event for key may happen now, and records it
 // if so. It does not allocate for a key already in the store.
 func (fw *FixedWindow) Allow(key string) bool {
+	if fw.k.obs != nil {
+		return fw.k.allowObserved(key)
+	}
 	now := fw.k.nc.now()
 	h, _ := fw.k.st.Take(key, now, true)
 	_, ok := fw.k.ps.p.Load().admit(h.State(), now, 1, 0)

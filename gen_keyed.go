@@ -97,6 +97,8 @@ func ({{.Recv}} *{{.Type}}) multiCheck(key string, n int) (Decision, int64) {
 func ({{.Recv}} *{{.Type}}) multiBookAt(key string, n int, now int64) (Decision, booked, bool) {
 	return {{.Recv}}.k.multiBookAt(key, n, now)
 }
+
+func ({{.Recv}} *{{.Type}}) observer() *observed { return {{.Recv}}.k.obs }
 {{end}}`))
 
 func main() {

@@ -69,10 +69,11 @@ type booked struct {
 // (go generate), and adds its own Allow, the hot path: the same admit,
 // called on a concrete type so that the compiler can inline it.
 type keyed[S, P any, A algo[S, P]] struct {
-	ps *params[P]
-	nc nanoClock
-	st *keystore.Store[S]
-	sw *sweeper // nil without WithSweepInterval
+	ps  *params[P]
+	nc  nanoClock
+	st  *keystore.Store[S]
+	sw  *sweeper  // nil without WithSweepInterval
+	obs *observed // nil without WithObserver: Allow's one check
 }
 
 // params holds a limiter's parameters, swapped whole by a change at run
@@ -94,7 +95,7 @@ func newKeyed[S, P any, A algo[S, P]](p *P, opts []Option) (keyed[S, P, A], erro
 	if err != nil {
 		return keyed[S, P, A]{}, err
 	}
-	k := keyed[S, P, A]{ps: new(params[P]), nc: newNanoClock(cfg.clock)}
+	k := keyed[S, P, A]{ps: new(params[P]), nc: newNanoClock(cfg.clock), obs: newObserved(&cfg)}
 	k.ps.p.Store(p)
 	ps := k.ps
 	k.st = keystore.New(keystore.Config{Shards: cfg.shards, MaxKeys: cfg.maxKeys},
@@ -116,7 +117,22 @@ func (k *keyed[S, P, A]) AllowN(ctx context.Context, key string, n int) (Decisio
 		return Decision{}, err
 	}
 	d, _, _, err := k.book(key, n, k.nc.now(), 0)
-	return d, err
+	if err != nil {
+		return Decision{}, err
+	}
+	if k.obs != nil && n > 0 {
+		k.obs.report(key, n, d, 0)
+	}
+	return d, nil
+}
+
+// allowObserved is Allow when an observer is set: the full decision
+// (admit, then describe), so that the event says what remains and when to
+// retry. Every Allow calls it after one check of k.obs.
+func (k *keyed[S, P, A]) allowObserved(key string) bool {
+	d, _, _, _ := k.book(key, 1, k.nc.now(), 0) // every limit is at least 1
+	k.obs.report(key, 1, d, 0)
+	return d.Allowed
 }
 
 // Reserve books n events for key at the earliest time they conform. See
@@ -125,12 +141,38 @@ func (k *keyed[S, P, A]) Reserve(ctx context.Context, key string, n int) (*Reser
 	if err := validN(n, k.Limit()); err != nil {
 		return nil, err
 	}
-	return k.reserve(key, n, noMaxWait)
+	r, err := k.reserve(key, n, noMaxWait)
+	if err != nil {
+		return nil, err
+	}
+	if k.obs != nil && n > 0 {
+		d := r.decision
+		d.Allowed = r.ok
+		k.obs.report(key, n, d, d.RetryAfter) // Waited: the delay booked
+	}
+	return r, nil
 }
 
 // WaitN blocks until n events for key may happen and records them. See
 // Limiter for what it leaves behind when it fails.
 func (k *keyed[S, P, A]) WaitN(ctx context.Context, key string, n int) error {
+	if k.obs == nil || n <= 0 || ctx.Err() != nil { // nothing to report
+		return k.waitN(ctx, key, n)
+	}
+	start := k.nc.now()
+	err := k.waitN(ctx, key, n)
+	if err != ErrExceedsLimit {
+		var d Decision
+		d.Allowed = err == nil
+		if le, ok := err.(*LimitError); ok {
+			d.RetryAfter = le.RetryAfter
+		}
+		k.obs.report(key, n, d, durationNs(k.nc.now()-start))
+	}
+	return err
+}
+
+func (k *keyed[S, P, A]) waitN(ctx context.Context, key string, n int) error {
 	if err := validN(n, k.Limit()); err != nil {
 		return err
 	}

@@ -74,6 +74,8 @@ func (tb *TokenBucket) multiBookAt(key string, n int, now int64) (Decision, book
 	return tb.k.multiBookAt(key, n, now)
 }
 
+func (tb *TokenBucket) observer() *observed { return tb.k.obs }
+
 // AllowN reports whether n events for key may happen now, all or nothing,
 // and records them if so. n == 0 peeks: the Decision as it stands, with
 // nothing recorded and no key created. It ignores ctx (it never blocks)
@@ -143,6 +145,8 @@ func (lb *LeakyBucket) multiCheck(key string, n int) (Decision, int64) {
 func (lb *LeakyBucket) multiBookAt(key string, n int, now int64) (Decision, booked, bool) {
 	return lb.k.multiBookAt(key, n, now)
 }
+
+func (lb *LeakyBucket) observer() *observed { return lb.k.obs }
 
 // AllowN reports whether n events for key may happen now, all or nothing,
 // and records them if so. n == 0 peeks: the Decision as it stands, with
@@ -214,6 +218,8 @@ func (fw *FixedWindow) multiBookAt(key string, n int, now int64) (Decision, book
 	return fw.k.multiBookAt(key, n, now)
 }
 
+func (fw *FixedWindow) observer() *observed { return fw.k.obs }
+
 // AllowN reports whether n events for key may happen now, all or nothing,
 // and records them if so. n == 0 peeks: the Decision as it stands, with
 // nothing recorded and no key created. It ignores ctx (it never blocks)
@@ -284,6 +290,8 @@ func (sl *SlidingLog) multiBookAt(key string, n int, now int64) (Decision, booke
 	return sl.k.multiBookAt(key, n, now)
 }
 
+func (sl *SlidingLog) observer() *observed { return sl.k.obs }
+
 // AllowN reports whether n events for key may happen now, all or nothing,
 // and records them if so. n == 0 peeks: the Decision as it stands, with
 // nothing recorded and no key created. It ignores ctx (it never blocks)
@@ -353,3 +361,5 @@ func (sc *SlidingWindowCounter) multiCheck(key string, n int) (Decision, int64) 
 func (sc *SlidingWindowCounter) multiBookAt(key string, n int, now int64) (Decision, booked, bool) {
 	return sc.k.multiBookAt(key, n, now)
 }
+
+func (sc *SlidingWindowCounter) observer() *observed { return sc.k.obs }

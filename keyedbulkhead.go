@@ -34,6 +34,7 @@ type KeyedBulkhead struct {
 	maxWaiters int
 	clock      Clock
 	timeoutErr error
+	obs        *observed // nil unless WithBulkheadObserver
 }
 
 // keyedBulkheadShards is the number of shards: enough to keep contention
@@ -82,6 +83,7 @@ func NewKeyedBulkhead(limit int, opts ...BulkheadOption) (*KeyedBulkhead, error)
 		maxWaiters: cfg.maxWaiters,
 		clock:      cfg.clock,
 		timeoutErr: cfg.timeoutError(),
+		obs:        cfg.observed(),
 	}, nil
 }
 
@@ -97,6 +99,9 @@ func (kb *KeyedBulkhead) TryAcquire(key string) bool {
 	sh.mu.Lock()
 	ok := kb.tryLocked(sh, key)
 	sh.mu.Unlock()
+	if kb.obs != nil {
+		kb.obs.report(key, 1, Decision{Allowed: ok}, 0)
+	}
 	return ok
 }
 
@@ -120,6 +125,16 @@ func (kb *KeyedBulkhead) tryLocked(sh *keyedBulkheadShard, key string) bool {
 // failure, are those of Bulkhead.Acquire. A nil result must be paired with
 // one Release(key).
 func (kb *KeyedBulkhead) Acquire(ctx context.Context, key string) error {
+	if kb.obs == nil {
+		return kb.acquire(ctx, key)
+	}
+	start := kb.clock.Now()
+	err := kb.acquire(ctx, key)
+	kb.obs.report(key, 1, Decision{Allowed: err == nil}, max(kb.clock.Now().Sub(start), 0))
+	return err
+}
+
+func (kb *KeyedBulkhead) acquire(ctx context.Context, key string) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()

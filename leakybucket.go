@@ -75,6 +75,9 @@ func NewLeakyBucket(rate Rate, capacity int, opts ...Option) (*LeakyBucket, erro
 // if so: only when the queue is empty. It does not allocate for a key
 // already in the store.
 func (lb *LeakyBucket) Allow(key string) bool {
+	if lb.k.obs != nil {
+		return lb.k.allowObserved(key)
+	}
 	now := lb.k.nc.now()
 	h, _ := lb.k.st.Take(key, now, true)
 	_, ok := lb.k.ps.p.Load().admit(h.State(), now, 1, 0)

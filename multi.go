@@ -323,6 +323,8 @@ type inMemory interface {
 	multiCheck(key string, n int) (d Decision, now int64)
 	// multiBookAt is multiBook at now, an instant multiCheck read.
 	multiBookAt(key string, n int, now int64) (d Decision, b booked, ok bool)
+	// observer is the limiter's observer, nil if it has none.
+	observer() *observed
 }
 
 // booking records what allowAll booked under one pair.
@@ -431,7 +433,22 @@ func allowAll(ctx context.Context, n int, pairs []LimiterKey, ds []Decision, bk 
 	if !allowed {
 		giveBack(n, pairs, ds, bk)
 	}
+	if n > 0 {
+		reportPairs(n, pairs, ds, bk)
+	}
 	return combine(ds), nil
+}
+
+// reportPairs hands each in-memory pair's own decision to that limiter's
+// observer, if it has one.
+func reportPairs(n int, pairs []LimiterKey, ds []Decision, bk []booking) {
+	for i := range pairs {
+		if m := bk[i].mem; m != nil {
+			if o := m.observer(); o != nil {
+				o.report(pairs[i].Key, n, ds[i], 0)
+			}
+		}
+	}
 }
 
 // giveBack rolls back every in-memory booking and reads those pairs again,

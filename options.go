@@ -15,6 +15,8 @@ type config struct {
 	shards        int           // default: defaultShards
 	maxKeys       int           // default: 0, no cap
 	sweepInterval time.Duration // default: 0, no sweeper goroutine
+	observer      Observer      // default: nil, no events
+	name          string        // default: "", the limiter's name in events
 }
 
 // defaultShards is enough to keep lock contention low on machines of up to

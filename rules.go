@@ -80,6 +80,11 @@ type Rule struct {
 	// NewRules would build; Rate and Burst must then describe it, as
 	// headers quote them. Rules sharing one Limiter share its keys.
 	Limiter Limiter
+	// Shadow tries the rule without enforcing it: its limiter is run
+	// inside a Shadow, which books what the rule would but never denies,
+	// and reports would-denies to the observer given to NewRules (see
+	// WithObserver) under the rule's name.
+	Shadow bool
 }
 
 // Window returns how long the rule's allowance takes to refill from empty
@@ -130,6 +135,13 @@ type RuleSet struct {
 // by a new TokenBucket of rule.Rate and rule.Burst built with opts
 // (WithClock, WithMaxKeys, ...).
 //
+// With WithObserver among opts, every token bucket NewRules builds is
+// named after its rule (WithName) and reports to that observer its rule's
+// part of each Check: one event per rule, Allowed saying whether that rule
+// allowed (the request as a whole may still have been denied by another).
+// A shadow rule reports through its Shadow, with Shadow set. A limiter
+// given in Rule.Limiter reports to its own observer, under its own name.
+//
 // Every error matches ErrInvalidRule, names the rule (its index and its
 // text, as ParseRules would read it) and also matches ErrInvalidRate for an
 // invalid rate, ErrInvalidCapacity for a negative burst or one the token
@@ -149,6 +161,9 @@ func (r Rule) text() string {
 		t += " burst " + strconv.Itoa(r.Burst)
 	}
 	t += " " + r.Scope.String()
+	if r.Shadow {
+		t += " shadow"
+	}
 	if r.Name != "" {
 		t += " as " + r.Name
 	}
@@ -184,6 +199,7 @@ func newRules(rules []Rule, opts []Option, where func(i int) string) (*Rules, er
 	var own map[string][]Rule
 	var every []Rule
 	rs := &Rules{}
+	cfg, _ := newConfig(opts) // for its observer; a bad option fails a bucket's build below
 	names := make(map[string]bool, len(rules))
 	for i, r := range rules {
 		fail := func(err error) (*Rules, error) {
@@ -216,12 +232,23 @@ func newRules(rules []Rule, opts []Option, where func(i int) string) (*Rules, er
 		}
 		names[r.Name] = true
 		if r.Limiter == nil {
-			tb, err := NewTokenBucket(r.Rate, r.Burst, opts...)
+			own := append(opts[:len(opts):len(opts)], WithName(r.Name))
+			if r.Shadow { // the shadow reports; its bucket must not
+				own = append(own, withoutObserver)
+			}
+			tb, err := NewTokenBucket(r.Rate, r.Burst, own...)
 			if err != nil {
 				return fail(err)
 			}
 			r.Limiter = tb
 			rs.built = append(rs.built, tb)
+		}
+		if r.Shadow {
+			sh, err := NewShadow(r.Limiter, WithName(r.Name), WithObserver(cfg.observer))
+			if err != nil {
+				return fail(err)
+			}
+			r.Limiter = sh
 		}
 		if r.Class == "*" {
 			every = append(every, r)
@@ -249,12 +276,14 @@ const maxInt = int(^uint(0) >> 1)
 //	POST /likes:   5/s                  per user
 //	POST /friends: 150/day              per user
 //	GET /search:   30/m      burst 10   per ip    as search
+//	GET /export:   5/m                  per user  shadow
 //	*:             10,000/s             global
 //
 // The class ends at the first colon followed by a space or tab; the rate
 // is as ParseRate reads it, and its count may group digits with "," or "_";
-// the scope is "per user", "per ip" or "global"; "as" names the rule (the
-// rest of the line). Blank lines and text after "#" are ignored. The rules
+// the scope is "per user", "per ip" or "global"; "shadow" after the scope
+// tries the rule without enforcing it (Rule.Shadow); "as" names the rule
+// (the rest of the line). Blank lines and text after "#" are ignored. The rules
 // are then built as by NewRules with opts. Errors name the line, quote
 // it, and match ErrInvalidRule (and ErrInvalidRate for a bad rate,
 // ErrInvalidCapacity for a burst the token bucket refuses).
@@ -301,6 +330,9 @@ func parseRule(line string) (Rule, error) {
 		}
 		r.Name = strings.Join(f[i+1:], " ")
 		f = f[:i]
+	}
+	if len(f) >= 1 && strings.EqualFold(f[len(f)-1], "shadow") {
+		r.Shadow, f = true, f[:len(f)-1]
 	}
 	switch {
 	case len(f) >= 1 && strings.EqualFold(f[len(f)-1], "global"):

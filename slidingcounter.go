@@ -93,6 +93,9 @@ func NewSlidingWindowCounter(rate Rate, opts ...Option) (*SlidingWindowCounter, 
 // Allow reports whether one event for key may happen now, and records it
 // if so. It does not allocate for a key already in the store.
 func (sc *SlidingWindowCounter) Allow(key string) bool {
+	if sc.k.obs != nil {
+		return sc.k.allowObserved(key)
+	}
 	now := sc.k.nc.now()
 	h, _ := sc.k.st.Take(key, now, true)
 	_, ok := sc.k.ps.p.Load().admit(h.State(), now, 1, 0)

@@ -107,6 +107,9 @@ func (p *slParams) max() int64 { return p.limit }
 // if so. It does not allocate for a key already in the store, once the
 // key has logged an event.
 func (sl *SlidingLog) Allow(key string) bool {
+	if sl.k.obs != nil {
+		return sl.k.allowObserved(key)
+	}
 	now := sl.k.nc.now()
 	h, _ := sl.k.st.Take(key, now, true)
 	_, ok := sl.k.ps.p.Load().admit(h.State(), now, 1, 0)

@@ -209,6 +209,9 @@ func emptyAt(e, tau ftime) ftime { return ftime{Ns: e.CeilNs() + tau.Ns, Fr: tau
 // Allow reports whether one event for key may happen now, and records it
 // if so. It does not allocate for a key already in the store.
 func (tb *TokenBucket) Allow(key string) bool {
+	if tb.k.obs != nil {
+		return tb.k.allowObserved(key)
+	}
 	now := tb.k.nc.now()
 	h, _ := tb.k.st.Take(key, now, true)
 	_, ok := tb.k.ps.p.Load().admit(h.State(), now, 1, 0)

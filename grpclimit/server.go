@@ -31,6 +31,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/httplimit"
+	"github.com/ratelimitkit/ratelimit/internal/field"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -274,7 +275,7 @@ func RateLimit(lim ratelimit.Limiter, opts ...Option) *ServerLimit {
 		panic("grpclimit: RateLimit with a nil limiter")
 	}
 	c := newConfig(forRate, "RateLimit", opts)
-	return &ServerLimit{cfg: c, lim: lim, names: []string{c.name}, item: sfString(c.name)}
+	return &ServerLimit{cfg: c, lim: lim, names: []string{c.name}, item: field.String(c.name)}
 }
 
 // RulesLimit returns a ServerLimit that checks each call against rules,
@@ -325,9 +326,9 @@ func newClassView(set *ratelimit.RuleSet) *classView {
 	cv := &classView{set: set, rules: set.Rules()}
 	var policy []string
 	for _, r := range cv.rules {
-		item := sfString(r.Name)
+		item := field.String(r.Name)
 		cv.items = append(cv.items, item)
-		policy = append(policy, policyItem(item, r.Burst, r.Window()))
+		policy = append(policy, field.PolicyItem(item, r.Burst, r.Window()))
 		cv.needUser = cv.needUser || r.Scope == ratelimit.PerUser
 		cv.needIP = cv.needIP || r.Scope == ratelimit.PerIP
 	}
@@ -441,7 +442,7 @@ func (s *ServerLimit) policyFor(limit int) string {
 	if p := s.policy.Load(); p != nil && p.limit == limit {
 		return p.value
 	}
-	p := &cachedPolicy{limit: limit, value: policyItem(s.item, limit, s.cfg.window)}
+	p := &cachedPolicy{limit: limit, value: field.PolicyItem(s.item, limit, s.cfg.window)}
 	s.policy.Store(p)
 	return p.value
 }
@@ -535,16 +536,16 @@ func readable(d time.Duration) string {
 
 // rateMetadata is the response metadata of a decided call.
 func rateMetadata(policy, item string, d ratelimit.Decision, retry time.Duration) metadata.MD {
-	t := ceilSeconds(d.ResetAfter)
+	t := field.CeilSeconds(d.ResetAfter)
 	if !d.Allowed {
-		t = ceilSeconds(d.RetryAfter)
+		t = field.CeilSeconds(d.RetryAfter)
 	}
 	md := metadata.MD{
 		MDRateLimitPolicy: {policy},
 		MDRateLimit:       {item + ";r=" + strconv.Itoa(d.Remaining) + ";t=" + strconv.FormatInt(t, 10)},
 	}
 	if !d.Allowed {
-		md[MDRetryAfter] = []string{strconv.FormatInt(ceilSeconds(retry), 10)}
+		md[MDRetryAfter] = []string{strconv.FormatInt(field.CeilSeconds(retry), 10)}
 	}
 	return md
 }
@@ -582,45 +583,4 @@ func (l *limitedStream) RecvMsg(m any) error {
 		return status.FromContextError(ctx.Err()).Err()
 	}
 	return l.s.failed(ctx, l.method, err) // nil when failing open: the message passes
-}
-
-// ceilSeconds rounds d up to whole seconds; 0 for d <= 0.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	s := int64(d / time.Second)
-	if d%time.Second != 0 {
-		s++
-	}
-	return s
-}
-
-// sfString writes name as a Structured Field string: quoted, with '"' and
-// '\' escaped, and bytes a string may not hold replaced by '?'.
-func sfString(name string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for i := 0; i < len(name); i++ {
-		switch c := name[i]; {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < 0x20 || c > 0x7e:
-			b.WriteByte('?')
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
-}
-
-// policyItem is one ratelimit-policy list member: "name";q=quota[;w=window].
-func policyItem(item string, quota int, window time.Duration) string {
-	s := item + ";q=" + strconv.Itoa(quota)
-	if w := ceilSeconds(window); w > 0 {
-		s += ";w=" + strconv.FormatInt(w, 10)
-	}
-	return s
 }

@@ -3,10 +3,10 @@ package httplimit
 import (
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/field"
 )
 
 // Headers selects the rate-limit response headers the middleware writes.
@@ -60,22 +60,9 @@ type view struct {
 // limited).
 func effectiveWindow(v *view) int64 {
 	if v.denied {
-		return ceilSeconds(v.d.RetryAfter)
+		return field.CeilSeconds(v.d.RetryAfter)
 	}
-	return ceilSeconds(v.d.ResetAfter)
-}
-
-// ceilSeconds rounds d up to whole seconds: the only precision HTTP's
-// delay-seconds has, and never earlier than the exact delay.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	s := int64(d / time.Second)
-	if d%time.Second != 0 {
-		s++
-	}
-	return s
+	return field.CeilSeconds(v.d.ResetAfter)
 }
 
 // write sets the selected headers on h. The values built here share one
@@ -111,7 +98,7 @@ func write(h http.Header, which Headers, v *view) {
 		mark(hdrXReset, len(b))
 	}
 	if v.denied {
-		b = strconv.AppendInt(b, ceilSeconds(v.retry), 10)
+		b = strconv.AppendInt(b, field.CeilSeconds(v.retry), 10)
 		mark(hdrRetryAfter, len(b))
 	}
 	if k == 0 {
@@ -129,34 +116,4 @@ func write(h http.Header, which Headers, v *view) {
 		}
 		h[keys[i]] = vals[i : i+1 : i+1] // full slice: an Add reallocates
 	}
-}
-
-// sfString writes name as a Structured Field string: quoted, with '"' and
-// '\' escaped. Bytes a string may not hold (controls, non-ASCII) become
-// '?', so that any name yields a valid field.
-func sfString(name string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for i := 0; i < len(name); i++ {
-		switch c := name[i]; {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < 0x20 || c > 0x7e:
-			b.WriteByte('?')
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
-}
-
-// policyItem is one RateLimit-Policy list member: "name";q=quota[;w=window].
-func policyItem(item string, quota int, window time.Duration) string {
-	s := item + ";q=" + strconv.Itoa(quota)
-	if w := ceilSeconds(window); w > 0 {
-		s += ";w=" + strconv.FormatInt(w, 10)
-	}
-	return s
 }

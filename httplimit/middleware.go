@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/field"
 )
 
 // Denial describes a request the middleware refused.
@@ -327,6 +328,10 @@ func WithRetryAfter(d time.Duration) ConcurrencyOption {
 // several limits use RulesMiddleware, or a ratelimit.Multi as lim (its
 // headers describe the strictest part under one policy name).
 //
+// A ratelimit.Shadow as lim tries a limit out: every request goes on, and
+// no rate-limit header is written (the shadow's decisions go to its
+// observer).
+//
 // On the allowed path it allocates nothing but the headers it writes (two
 // allocations) and what lim and the key function do (ByIP: nothing for
 // IPv4). It panics if lim is nil.
@@ -335,7 +340,8 @@ func Middleware(lim ratelimit.Limiter, opts ...LimitOption) func(http.Handler) h
 		panic("httplimit: Middleware with a nil limiter")
 	}
 	c := newLimitConfig(opts)
-	m := &limitMiddleware{cfg: c, lim: lim, item: sfString(c.name), names: []string{c.name}, window: c.window}
+	m := &limitMiddleware{cfg: c, lim: lim, item: field.String(c.name), names: []string{c.name}, window: c.window}
+	_, m.shadow = lim.(*ratelimit.Shadow)
 	if w, ok := lim.(interface{ Window() time.Duration }); ok && m.window == 0 {
 		m.window = w.Window()
 	}
@@ -351,6 +357,7 @@ type limitMiddleware struct {
 	names  []string
 	window time.Duration // RateLimit-Policy's w; <= 0: none
 	policy atomic.Pointer[cachedPolicy]
+	shadow bool // lim is a ratelimit.Shadow: it never denies, and gets no headers
 }
 
 // cachedPolicy is the RateLimit-Policy value for the last Limit seen: a
@@ -364,7 +371,7 @@ func (m *limitMiddleware) policyFor(limit int) string {
 	if p := m.policy.Load(); p != nil && p.limit == limit {
 		return p.value
 	}
-	p := &cachedPolicy{limit: limit, value: policyItem(m.item, limit, m.window)}
+	p := &cachedPolicy{limit: limit, value: field.PolicyItem(m.item, limit, m.window)}
 	m.policy.Store(p)
 	return p.value
 }
@@ -379,6 +386,10 @@ func (m *limitMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 	d, err := m.lim.AllowN(r.Context(), key, 1)
 	if err != nil {
 		c.undecided(w, r, next, err, true)
+		return
+	}
+	if m.shadow {
+		next.ServeHTTP(w, r)
 		return
 	}
 	v := view{item: m.item, d: d, retry: d.RetryAfter, denied: !d.Allowed}
@@ -509,22 +520,27 @@ type classView struct {
 	set              *ratelimit.RuleSet
 	names            []string
 	items            []string // names as sf-strings
-	policy           string   // RateLimit-Policy value
+	policy           string   // RateLimit-Policy value, shadow rules left out
+	shadows          int      // how many rules are shadow rules
 	needUser, needIP bool
 }
 
 func newClassView(set *ratelimit.RuleSet) *classView {
 	cv := &classView{set: set}
-	for i, r := range set.Rules() {
-		item := sfString(r.Name)
+	for _, r := range set.Rules() {
+		item := field.String(r.Name)
 		cv.names = append(cv.names, r.Name)
 		cv.items = append(cv.items, item)
-		if i > 0 {
-			cv.policy += ", "
-		}
-		cv.policy += policyItem(item, r.Burst, r.Window())
 		cv.needUser = cv.needUser || r.Scope == ratelimit.PerUser
 		cv.needIP = cv.needIP || r.Scope == ratelimit.PerIP
+		if r.Shadow {
+			cv.shadows++
+			continue
+		}
+		if cv.policy != "" {
+			cv.policy += ", "
+		}
+		cv.policy += field.PolicyItem(item, r.Burst, r.Window())
 	}
 	return cv
 }
@@ -567,7 +583,11 @@ func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 		c.undecided(w, r, next, err, true)
 		return
 	}
-	i := d.Strictest()
+	if cv.shadows == len(cv.names) { // only shadow rules: nothing to tell the client
+		next.ServeHTTP(w, r)
+		return
+	}
+	i := d.Strictest() // never a shadow rule's: its Decision bounds nothing
 	v := view{policy: cv.policy, item: cv.items[i], d: d.At(i), retry: d.RetryAfter, denied: !d.Allowed}
 	write(w.Header(), c.headers, &v)
 	if !d.Allowed {
@@ -678,4 +698,4 @@ func defaultError(logf func(string)) ErrorFunc {
 }
 
 // formatSeconds formats whole seconds for Retry-After.
-func formatSeconds(d time.Duration) string { return strconv.FormatInt(ceilSeconds(d), 10) }
+func formatSeconds(d time.Duration) string { return strconv.FormatInt(field.CeilSeconds(d), 10) }

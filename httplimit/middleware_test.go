@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/field"
 )
 
 // t0 is where the manual clocks of these tests start.
@@ -422,8 +423,8 @@ func TestSFString(t *testing.T) {
 		"caf\u00e9\n":   `"caf???"`,
 		"POST /posts/*": `"POST /posts/*"`,
 	} {
-		if got := sfString(in); got != want {
-			t.Errorf("sfString(%q) = %s, want %s", in, got, want)
+		if got := field.String(in); got != want {
+			t.Errorf("field.String(%q) = %s, want %s", in, got, want)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package redis_test
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/ratelimitkit/ratelimit/internal/doccode"
@@ -11,27 +10,14 @@ import (
 // README and docs/ that name this module (<!-- go: module redis -->): they
 // need its imports, which the core module's own check does not have.
 func TestDocCodeCompiles(t *testing.T) {
-	files, err := filepath.Glob("../docs/*.md")
+	blocks, err := doccode.ModuleBlocks("..", "redis")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mine []doccode.Block
-	for _, f := range append([]string{"../README.md"}, files...) {
-		blocks, err := doccode.Extract(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, b := range blocks {
-			if b.Module == "redis" && b.Skip == "" {
-				mine = append(mine, b)
-			}
-		}
+	if len(blocks) < 2 { // the README and docs/ each show the module at work
+		t.Fatalf("found %d Go blocks for the redis module; the extraction is broken", len(blocks))
 	}
-	// The README and docs/redis.md each show the backend at work.
-	if len(mine) < 2 {
-		t.Fatalf("found %d Go blocks for the redis module; the extraction is broken", len(mine))
-	}
-	if err := doccode.Build(".", mine); err != nil {
+	if err := doccode.Build(".", blocks); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -142,28 +142,33 @@ func (b *Block) apply(comment string) error {
 
 // Imports maps the package names fragments may use to their import paths.
 var Imports = map[string]string{
-	"context":   "context",
-	"errors":    "errors",
-	"fmt":       "fmt",
-	"http":      "net/http",
-	"httptest":  "net/http/httptest",
-	"io":        "io",
-	"log":       "log",
-	"net":       "net",
-	"netip":     "net/netip",
-	"os":        "os",
-	"slog":      "log/slog",
-	"strings":   "strings",
-	"sync":      "sync",
-	"testing":   "testing",
-	"time":      "time",
-	"ratelimit": "github.com/ratelimitkit/ratelimit",
-	"httplimit": "github.com/ratelimitkit/ratelimit/httplimit",
-	"rlredis":   "github.com/ratelimitkit/ratelimit/redis",
-	"goredis":   "github.com/redis/go-redis/v9",
-	"grpclimit": "github.com/ratelimitkit/ratelimit/grpclimit",
-	"grpc":      "google.golang.org/grpc",
-	"insecure":  "google.golang.org/grpc/credentials/insecure",
+	"context":    "context",
+	"errors":     "errors",
+	"fmt":        "fmt",
+	"http":       "net/http",
+	"httptest":   "net/http/httptest",
+	"io":         "io",
+	"log":        "log",
+	"net":        "net",
+	"netip":      "net/netip",
+	"os":         "os",
+	"slog":       "log/slog",
+	"strings":    "strings",
+	"sync":       "sync",
+	"testing":    "testing",
+	"time":       "time",
+	"ratelimit":  "github.com/ratelimitkit/ratelimit",
+	"httplimit":  "github.com/ratelimitkit/ratelimit/httplimit",
+	"rlredis":    "github.com/ratelimitkit/ratelimit/redis",
+	"goredis":    "github.com/redis/go-redis/v9",
+	"grpclimit":  "github.com/ratelimitkit/ratelimit/grpclimit",
+	"grpc":       "google.golang.org/grpc",
+	"insecure":   "google.golang.org/grpc/credentials/insecure",
+	"rlprom":     "github.com/ratelimitkit/ratelimit/prometheus",
+	"prometheus": "github.com/prometheus/client_golang/prometheus",
+	"promhttp":   "github.com/prometheus/client_golang/prometheus/promhttp",
+	"rlotel":     "github.com/ratelimitkit/ratelimit/otel",
+	"sdkmetric":  "go.opentelemetry.io/otel/sdk/metric",
 }
 
 // Source returns the Go file that compiles b, with //line directives that
@@ -440,4 +445,28 @@ func Console(path string, line int) (string, int, error) {
 		}
 	}
 	return "", 0, fmt.Errorf("%s: no console block after line %d", path, line)
+}
+
+// ModuleBlocks returns the Go blocks of the repository's README.md and
+// docs/*.md, read from root, that name module (<!-- go: module NAME -->)
+// and are not skipped: the blocks a nested module's own test compiles,
+// since they need imports the core module does not have.
+func ModuleBlocks(root, module string) ([]Block, error) {
+	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		return nil, err
+	}
+	var mine []Block
+	for _, f := range append([]string{filepath.Join(root, "README.md")}, files...) {
+		blocks, err := Extract(f)
+		if err != nil {
+			return nil, err
+		}
+		for _, b := range blocks {
+			if b.Module == module && b.Skip == "" {
+				mine = append(mine, b)
+			}
+		}
+	}
+	return mine, nil
 }
