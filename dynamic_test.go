@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -737,4 +738,61 @@ func raceRateChanges(t *testing.T, c rateChangeCase, seed uint64) {
 	if err := c.check()(evs); err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
 	}
+}
+
+// FuzzTokenBucketSetRate: a bucket at any rate and capacity, drained by
+// some tokens and with some booked ahead, changes to any other valid rate
+// and capacity after any delay. Whatever the values, at the change it
+// holds no more tokens than it had nor than the new capacity, and nothing
+// booked after the change acts before the latest booking made before it.
+func FuzzTokenBucketSetRate(f *testing.F) {
+	f.Add(int64(4), int64(time.Second), uint16(4), uint16(3), uint16(2), int64(0), int64(10), int64(time.Second), uint16(8))
+	f.Add(int64(10), int64(3), uint16(5), uint16(5), uint16(5), int64(1), int64(3), int64(3), uint16(4))
+	f.Add(int64(7), int64(13*time.Millisecond), uint16(5), uint16(1), uint16(0), int64(1e6), int64(1), int64(time.Hour), uint16(1))
+	f.Add(int64(math.MaxInt64), int64(1), uint16(65535), uint16(65535), uint16(65535), int64(0), int64(1), int64(1<<60), uint16(1))
+	f.Fuzz(func(t *testing.T, n1, p1 int64, c1, taken, ahead uint16, dt, n2, p2 int64, c2 uint16) {
+		clk := NewManualClock(suiteT0)
+		tb, err := NewTokenBucket(Per(n1, time.Duration(p1)), int(c1), WithClock(clk))
+		if err != nil {
+			return
+		}
+		ctx := context.Background()
+		taken, ahead = min(taken, c1), min(ahead, c1)
+		mustAllowN(t, tb, "k", int(taken))
+		var last time.Time // the latest booking's instant
+		if ahead > 0 {
+			r, err := tb.Reserve(ctx, "k", int(ahead))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.OK() {
+				last = r.TimeToAct()
+			}
+		}
+		clk.Advance(time.Duration(min(max(dt, 0), int64(maxSpan))))
+		before := mustAllowN(t, tb, "k", 0)
+		if err := tb.SetRate(Per(n2, time.Duration(p2)), int(c2)); err != nil {
+			if !errors.Is(err, ErrInvalidRate) && !errors.Is(err, ErrInvalidCapacity) {
+				t.Fatalf("SetRate: %v", err)
+			}
+			if after := mustAllowN(t, tb, "k", 0); after != before {
+				t.Fatalf("a refused change changed the key: %+v, then %+v", before, after)
+			}
+			return
+		}
+		after := mustAllowN(t, tb, "k", 0)
+		if after.Remaining > before.Remaining || after.Remaining > int(c2) || after.Limit != int(c2) {
+			t.Fatalf("tokens grew at the change: %+v, then %+v (capacity %d)", before, after, c2)
+		}
+		if last.IsZero() || !last.After(clk.Now()) {
+			return
+		}
+		r, err := tb.Reserve(ctx, "k", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.OK() && r.TimeToAct().Before(last) {
+			t.Fatalf("a booking after the change acts at %v, before one made earlier at %v", r.TimeToAct(), last)
+		}
+	})
 }

@@ -64,11 +64,11 @@ func NewFixedWindow(rate Rate, opts ...Option) (*FixedWindow, error) {
 		return nil, err
 	}
 	alg := &fwParams{limit: limit, window: window}
-	k, err := newKeyed[fwState, fwParams](alg, opts)
-	if err != nil {
+	l := new(FixedWindow)
+	if err := l.k.setup(alg, opts); err != nil {
 		return nil, err
 	}
-	return &FixedWindow{k: k}, nil
+	return l, nil
 }
 
 // Allow reports whether one event for key may happen now, and records it

@@ -69,7 +69,7 @@ type booked struct {
 // (go generate), and adds its own Allow, the hot path: the same admit,
 // called on a concrete type so that the compiler can inline it.
 type keyed[S, P any, A algo[S, P]] struct {
-	ps  *params[P]
+	ps  params[P]
 	nc  nanoClock
 	st  *keystore.Store[S]
 	sw  *sweeper  // nil without WithSweepInterval
@@ -90,14 +90,16 @@ type params[P any] struct {
 	epoch atomic.Uint64
 }
 
-func newKeyed[S, P any, A algo[S, P]](p *P, opts []Option) (keyed[S, P, A], error) {
+// setup builds k in place (it is not copied after: its parameters are
+// read through it on the hot path, with no pointer to follow first).
+func (k *keyed[S, P, A]) setup(p *P, opts []Option) error {
 	cfg, err := newConfig(opts)
 	if err != nil {
-		return keyed[S, P, A]{}, err
+		return err
 	}
-	k := keyed[S, P, A]{ps: new(params[P]), nc: newNanoClock(cfg.clock), obs: newObserved(&cfg)}
+	k.nc, k.obs = newNanoClock(cfg.clock), newObserved(&cfg)
 	k.ps.p.Store(p)
-	ps := k.ps
+	ps := &k.ps
 	k.st = keystore.New(keystore.Config{Shards: cfg.shards, MaxKeys: cfg.maxKeys},
 		func(s *S, now int64) { A(ps.p.Load()).init(s, now) },
 		func(s *S, now int64) bool { return A(ps.p.Load()).atRest(s, now) })
@@ -105,7 +107,7 @@ func newKeyed[S, P any, A algo[S, P]](p *P, opts []Option) (keyed[S, P, A], erro
 		st, nc := k.st, k.nc
 		k.sw = startSweeper(cfg.sweepInterval, nc.clock, func() { st.Sweep(nc.now()) })
 	}
-	return k, nil
+	return nil
 }
 
 // AllowN reports whether n events for key may happen now, all or nothing,

@@ -64,11 +64,11 @@ func NewLeakyBucket(rate Rate, capacity int, opts ...Option) (*LeakyBucket, erro
 	if err != nil {
 		return nil, err
 	}
-	k, err := newKeyed[lbState, lbParams]((*lbParams)(params), opts)
-	if err != nil {
+	l := new(LeakyBucket)
+	if err := l.k.setup((*lbParams)(params), opts); err != nil {
 		return nil, err
 	}
-	return &LeakyBucket{k: k}, nil
+	return l, nil
 }
 
 // Allow reports whether one event for key may depart now, and records it

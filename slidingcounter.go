@@ -83,11 +83,11 @@ func NewSlidingWindowCounter(rate Rate, opts ...Option) (*SlidingWindowCounter, 
 		return nil, err
 	}
 	alg := &swcParams{limit: limit, window: window}
-	k, err := newKeyed[swcState, swcParams](alg, opts)
-	if err != nil {
+	l := new(SlidingWindowCounter)
+	if err := l.k.setup(alg, opts); err != nil {
 		return nil, err
 	}
-	return &SlidingWindowCounter{k: k}, nil
+	return l, nil
 }
 
 // Allow reports whether one event for key may happen now, and records it

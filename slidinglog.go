@@ -67,11 +67,11 @@ func NewSlidingLog(rate Rate, opts ...Option) (*SlidingLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	k, err := newKeyed[slState, slParams](alg, opts)
-	if err != nil {
+	l := new(SlidingLog)
+	if err := l.k.setup(alg, opts); err != nil {
 		return nil, err
 	}
-	return &SlidingLog{k: k}, nil
+	return l, nil
 }
 
 func newSLParams(rate Rate) (*slParams, error) {

@@ -87,11 +87,11 @@ func NewTokenBucket(rate Rate, capacity int, opts ...Option) (*TokenBucket, erro
 	if err != nil {
 		return nil, err
 	}
-	k, err := newKeyed[tbState, tbParams](alg, opts)
-	if err != nil {
+	l := new(TokenBucket)
+	if err := l.k.setup(alg, opts); err != nil {
 		return nil, err
 	}
-	return &TokenBucket{k: k}, nil
+	return l, nil
 }
 
 func newTBParams(rate Rate, capacity int) (*tbParams, error) {
