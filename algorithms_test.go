@@ -20,6 +20,7 @@ var algorithms = []algorithm{
 		build: func(rate Rate, capacity int, opts ...Option) (testLimiter, error) {
 			return asTestLimiter(NewTokenBucket(rate, capacity, opts...))
 		},
+		setRate:  func(l testLimiter, rate Rate, capacity int) error { return l.(*TokenBucket).SetRate(rate, capacity) },
 		actBound: tokenActBound,
 		bound:    bucketBound,
 		stepFuzz: fuzzTokenBucket,
@@ -36,6 +37,7 @@ var algorithms = []algorithm{
 		build: func(rate Rate, capacity int, opts ...Option) (testLimiter, error) {
 			return asTestLimiter(NewLeakyBucket(rate, capacity, opts...))
 		},
+		setRate:  func(l testLimiter, rate Rate, capacity int) error { return l.(*LeakyBucket).SetRate(rate, capacity) },
 		actBound: leakyActBound,
 		bound:    bucketBound,
 		stepFuzz: fuzzLeakyBucket,
@@ -52,6 +54,7 @@ var algorithms = []algorithm{
 		build: func(rate Rate, _ int, opts ...Option) (testLimiter, error) {
 			return asTestLimiter(NewFixedWindow(rate, opts...))
 		},
+		setRate:  func(l testLimiter, rate Rate, _ int) error { return l.(*FixedWindow).SetRate(rate) },
 		actBound: fixedWindowActBound,
 		bound: func(r Rate, l, e int64) int64 {
 			if e == 0 {
@@ -77,6 +80,7 @@ var algorithms = []algorithm{
 		build: func(rate Rate, _ int, opts ...Option) (testLimiter, error) {
 			return asTestLimiter(NewSlidingLog(rate, opts...))
 		},
+		setRate:  func(l testLimiter, rate Rate, _ int) error { return l.(*SlidingLog).SetRate(rate) },
 		actBound: slidingLogActBound,
 		bound:    func(r Rate, l, e int64) int64 { return satMul(l, e/int64(r.Period)+1) },
 		window: &windowSuite{
@@ -101,6 +105,7 @@ var algorithms = []algorithm{
 		build: func(rate Rate, _ int, opts ...Option) (testLimiter, error) {
 			return asTestLimiter(NewSlidingWindowCounter(rate, opts...))
 		},
+		setRate:  func(l testLimiter, rate Rate, _ int) error { return l.(*SlidingWindowCounter).SetRate(rate) },
 		actBound: slidingCounterActBound,
 		bound: func(r Rate, l, e int64) int64 {
 			if e == 0 {
@@ -131,6 +136,9 @@ type algorithm struct {
 	// algorithms ignore) and opts. The behaviour suite, the vectors and
 	// the bound checks build through it.
 	build func(rate Rate, capacity int, opts ...Option) (testLimiter, error)
+	// setRate changes l's parameters at run time, as build would build
+	// them (the windows ignore capacity).
+	setRate func(l testLimiter, rate Rate, capacity int) error
 	// shaper is set for an algorithm whose Allow admits one event at a time
 	// (the LeakyBucket: an event must depart now, and the next departs 1/r
 	// later), so that its limit counts the places Reserve can book at once.
@@ -162,6 +170,8 @@ type algorithm struct {
 // testLimiter is what the suites need of an algorithm.
 type testLimiter interface {
 	Limiter
+	Limit() int
+	Reset(key string)
 	Stats() Stats
 	Sweep()
 	Close() error
@@ -214,8 +224,8 @@ func TestAlgorithmsComplete(t *testing.T) {
 			t.Errorf("entry %q: a name and a vector name, each unique, are required", alg.name)
 		}
 		seen[alg.name], seen["vectors:"+alg.vectors] = true, true
-		if alg.build == nil || alg.bound == nil || alg.actBound == nil || alg.longRuns == nil || alg.bench.allow == nil || alg.bench.deny == nil {
-			t.Errorf("%s: build, bound, actBound, longRuns and bench are required", alg.name)
+		if alg.build == nil || alg.setRate == nil || alg.bound == nil || alg.actBound == nil || alg.longRuns == nil || alg.bench.allow == nil || alg.bench.deny == nil {
+			t.Errorf("%s: build, setRate, bound, actBound, longRuns and bench are required", alg.name)
 		}
 		if (alg.stepFuzz == nil) == (alg.windowFuzz == nil) {
 			t.Errorf("%s: exactly one of stepFuzz and windowFuzz is required", alg.name)

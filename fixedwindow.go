@@ -34,6 +34,8 @@ import "time"
 // at or after that instant, once its window has passed, or when its window
 // has begun and counts nothing.
 //
+// SetRate changes the rate at run time; Reset makes a key start afresh.
+//
 // Build it with NewFixedWindow. It is safe for concurrent use. Most callers
 // want Allow.
 type FixedWindow struct {
@@ -62,11 +64,11 @@ func NewFixedWindow(rate Rate, opts ...Option) (*FixedWindow, error) {
 		return nil, err
 	}
 	alg := &fwParams{limit: limit, window: window}
-	k, err := newKeyed[fwState, fwParams](alg, int(limit), opts)
-	if err != nil {
+	l := new(FixedWindow)
+	if err := l.k.setup(alg, opts); err != nil {
 		return nil, err
 	}
-	return &FixedWindow{k: k}, nil
+	return l, nil
 }
 
 // Allow reports whether one event for key may happen now, and records it
@@ -76,12 +78,34 @@ func (fw *FixedWindow) Allow(key string) bool {
 		return fw.k.allowObserved(key)
 	}
 	now := fw.k.nc.now()
-	p := fw.k.p
 	h, _ := fw.k.st.Take(key, now, true)
-	_, ok := p.admit(h.State(), now, 1, 0)
+	_, ok := fw.k.ps.p.Load().admit(h.State(), now, 1, 0)
 	h.Release()
 	return ok
 }
+
+// SetRate changes the limit and the window's length of every key, from
+// each key's next decision on, atomically: a decision uses either the old
+// parameters or the new ones, never a mix. It validates as NewFixedWindow
+// does and returns the same errors, leaving the limiter unchanged on error.
+//
+// Each key keeps its window's start and count: the count is held against
+// the new limit (a count above it takes nothing more in that window), and
+// the window closes the new length after its start; windows are then
+// aligned to the epoch at the new length again. Bookings made before the
+// change keep their instant; a Cancel of one after the change gives
+// nothing back.
+func (fw *FixedWindow) SetRate(rate Rate) error {
+	return fw.k.swap(func(_ *fwParams, _ int64) (*fwParams, error) {
+		limit, window, err := windowParams(rate)
+		if err != nil {
+			return nil, err
+		}
+		return &fwParams{limit: limit, window: window}, nil
+	})
+}
+
+func (p *fwParams) max() int64 { return p.limit }
 
 func (p *fwParams) init(s *fwState, now int64) { *s = fwState{start: windowStart(now, p.window)} }
 
@@ -135,7 +159,7 @@ func (p *fwParams) remaining(start, count, now int64) int {
 	if start > now {
 		return 0
 	}
-	return int(p.limit - count)
+	return int(max(p.limit-count, 0)) // a count above a limit lowered since: none
 }
 
 // resetAfter is how long until a key in window start holding count is at

@@ -65,8 +65,14 @@ func ({{.Recv}} *{{.Type}}) Sweep() { {{.Recv}}.k.Sweep() }
 // dropped lazily only. Close is safe to call more than once.
 func ({{.Recv}} *{{.Type}}) Close() error { return {{.Recv}}.k.Close() }
 
-// Limit returns the most events the limiter allows a key at once.
-func ({{.Recv}} *{{.Type}}) Limit() int { return {{.Recv}}.k.limit }
+// Limit returns the most events the limiter allows a key at once, under
+// its parameters now.
+func ({{.Recv}} *{{.Type}}) Limit() int { return {{.Recv}}.k.Limit() }
+
+// Reset makes key start afresh: at rest, with its full allowance from now
+// on, as if it had never been seen. A Cancel of a booking made before it
+// gives nothing back.
+func ({{.Recv}} *{{.Type}}) Reset(key string) { {{.Recv}}.k.Reset(key) }
 
 var _ inMemory = (*{{.Type}})(nil)
 

@@ -5,6 +5,7 @@ package ratelimit
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/internal/keystore"
@@ -39,6 +40,9 @@ type algo[S, P any] interface {
 	// store may ask with a now in the past (now minus a grace period): a
 	// state touched after that instant must not be at rest then.
 	atRest(s *S, now int64) bool
+	// max is the most events one call may ask for: n above it is
+	// ErrExceedsLimit.
+	max() int64
 }
 
 // decide is an algorithm's decision and its description: admit, then
@@ -51,10 +55,12 @@ func decide[S, P any, A algo[S, P]](a A, s *S, now, n, maxWait int64) (Decision,
 // booked is what a decision booked, as unstep needs it to give the booking
 // back: act, when the events conform, and end, where the booking left the
 // key's state (the token bucket's TAT, the leaky bucket's queue end);
-// algorithms that keep no such mark leave end zero.
+// algorithms that keep no such mark leave end zero. keyed adds the epoch
+// the booking was made in (see unbook).
 type booked struct {
-	act int64
-	end ftime
+	act   int64
+	end   ftime
+	epoch uint64
 }
 
 // keyed runs an algorithm per key on a keyed store and implements the
@@ -63,27 +69,45 @@ type booked struct {
 // (go generate), and adds its own Allow, the hot path: the same admit,
 // called on a concrete type so that the compiler can inline it.
 type keyed[S, P any, A algo[S, P]] struct {
-	p     *P // the parameters: read once per call
-	nc    nanoClock
-	st    *keystore.Store[S]
-	limit int
-	sw    *sweeper  // nil without WithSweepInterval
-	obs   *observed // nil without WithObserver: Allow's one check
+	ps  params[P]
+	nc  nanoClock
+	st  *keystore.Store[S]
+	sw  *sweeper  // nil without WithSweepInterval
+	obs *observed // nil without WithObserver: Allow's one check
 }
 
-func newKeyed[S, P any, A algo[S, P]](p *P, limit int, opts []Option) (keyed[S, P, A], error) {
+// params holds a limiter's parameters, swapped whole by a change at run
+// time. A decision loads p once, with its key's slot lock held, so that
+// the parameters a key's state was last written under are never newer
+// than those of the next decision on it: a change reaches each key at its
+// next decision, in order.
+type params[P any] struct {
+	p  atomic.Pointer[P]
+	mu sync.Mutex // serialises changes
+	// epoch counts the changes and the resets. A Cancel gives back only a
+	// booking made in the current epoch: what a booking took is measured
+	// in the parameters and the state it was made under.
+	epoch atomic.Uint64
+}
+
+// setup builds k in place (it is not copied after: its parameters are
+// read through it on the hot path, with no pointer to follow first).
+func (k *keyed[S, P, A]) setup(p *P, opts []Option) error {
 	cfg, err := newConfig(opts)
 	if err != nil {
-		return keyed[S, P, A]{}, err
+		return err
 	}
-	k := keyed[S, P, A]{p: p, nc: newNanoClock(cfg.clock), limit: limit, obs: newObserved(&cfg)}
-	a := A(p)
-	k.st = keystore.New(keystore.Config{Shards: cfg.shards, MaxKeys: cfg.maxKeys}, a.init, a.atRest)
+	k.nc, k.obs = newNanoClock(cfg.clock), newObserved(&cfg)
+	k.ps.p.Store(p)
+	ps := &k.ps
+	k.st = keystore.New(keystore.Config{Shards: cfg.shards, MaxKeys: cfg.maxKeys},
+		func(s *S, now int64) { A(ps.p.Load()).init(s, now) },
+		func(s *S, now int64) bool { return A(ps.p.Load()).atRest(s, now) })
 	if cfg.sweepInterval > 0 {
 		st, nc := k.st, k.nc
 		k.sw = startSweeper(cfg.sweepInterval, nc.clock, func() { st.Sweep(nc.now()) })
 	}
-	return k, nil
+	return nil
 }
 
 // AllowN reports whether n events for key may happen now, all or nothing,
@@ -91,10 +115,13 @@ func newKeyed[S, P any, A algo[S, P]](p *P, limit int, opts []Option) (keyed[S, 
 // nothing recorded and no key created. The in-memory limiters ignore ctx
 // (they never block) and fail only on invalid n.
 func (k *keyed[S, P, A]) AllowN(ctx context.Context, key string, n int) (Decision, error) {
-	if err := validN(n, k.limit); err != nil {
+	if err := validN(n, k.Limit()); err != nil {
 		return Decision{}, err
 	}
-	d, _, _ := k.book(key, n, k.nc.now(), 0)
+	d, _, _, err := k.book(key, n, k.nc.now(), 0)
+	if err != nil {
+		return Decision{}, err
+	}
 	if k.obs != nil && n > 0 {
 		k.obs.report(key, n, d, 0)
 	}
@@ -105,7 +132,7 @@ func (k *keyed[S, P, A]) AllowN(ctx context.Context, key string, n int) (Decisio
 // (admit, then describe), so that the event says what remains and when to
 // retry. Every Allow calls it after one check of k.obs.
 func (k *keyed[S, P, A]) allowObserved(key string) bool {
-	d, _, _ := k.book(key, 1, k.nc.now(), 0)
+	d, _, _, _ := k.book(key, 1, k.nc.now(), 0) // every limit is at least 1
 	k.obs.report(key, 1, d, 0)
 	return d.Allowed
 }
@@ -113,10 +140,13 @@ func (k *keyed[S, P, A]) allowObserved(key string) bool {
 // Reserve books n events for key at the earliest time they conform. See
 // Limiter. The in-memory limiters fail only on invalid n.
 func (k *keyed[S, P, A]) Reserve(ctx context.Context, key string, n int) (*Reservation, error) {
-	if err := validN(n, k.limit); err != nil {
+	if err := validN(n, k.Limit()); err != nil {
 		return nil, err
 	}
-	r := k.reserve(key, n, noMaxWait)
+	r, err := k.reserve(key, n, noMaxWait)
+	if err != nil {
+		return nil, err
+	}
 	if k.obs != nil && n > 0 {
 		d := r.decision
 		d.Allowed = r.ok
@@ -145,7 +175,7 @@ func (k *keyed[S, P, A]) WaitN(ctx context.Context, key string, n int) error {
 }
 
 func (k *keyed[S, P, A]) waitN(ctx context.Context, key string, n int) error {
-	if err := validN(n, k.limit); err != nil {
+	if err := validN(n, k.Limit()); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -155,7 +185,10 @@ func (k *keyed[S, P, A]) waitN(ctx context.Context, key string, n int) error {
 		return nil
 	}
 	maxWait := untilDeadline(ctx)
-	r := k.reserve(key, n, maxWait)
+	r, err := k.reserve(key, n, maxWait)
+	if err != nil {
+		return err
+	}
 	if !r.ok {
 		// The deadline caused the refusal only if the events could not
 		// conform within it; a refusal for another reason (a full
@@ -186,36 +219,89 @@ func (k *keyed[S, P, A]) Close() error {
 	return nil
 }
 
-// book decides n events for key at now, n validated, and describes the
-// decision. A peek (n == 0) creates no key: it steps a scratch state of
-// the store's.
-func (k *keyed[S, P, A]) book(key string, n int, now, maxWait int64) (Decision, booked, bool) {
-	h, _ := k.st.Take(key, now, n > 0)
-	d, b, ok := decide(A(k.p), h.State(), now, int64(n), maxWait)
+// Limit returns the most events the limiter allows a key at once, under
+// its parameters now.
+func (k *keyed[S, P, A]) Limit() int { return int(A(k.ps.p.Load()).max()) }
+
+// Reset makes key start afresh, at rest with its full allowance from now
+// on, as if it had never been seen. Bookings made before it are not given
+// back by a later Cancel.
+func (k *keyed[S, P, A]) Reset(key string) {
+	now := k.nc.now()
+	h, fresh := k.st.Take(key, now, false)
+	if !fresh { // an absent key starts afresh already
+		A(k.ps.p.Load()).init(h.State(), now)
+	}
+	k.ps.epoch.Add(2) // with the key held: a booking on it is before or after
 	h.Release()
-	return d, b, ok
 }
 
-// unbook gives back n events booked as b, as of at.
+// swap replaces the parameters by those next builds from the current
+// ones, or leaves them if next fails. now is when the change happens.
+// The epoch is odd while the swap is under way (see unbook).
+func (k *keyed[S, P, A]) swap(next func(old *P, now int64) (*P, error)) error {
+	k.ps.mu.Lock()
+	defer k.ps.mu.Unlock()
+	p, err := next(k.ps.p.Load(), k.nc.now())
+	if err != nil {
+		return err
+	}
+	k.ps.epoch.Add(1)
+	k.ps.p.Store(p)
+	k.ps.epoch.Add(1)
+	return nil
+}
+
+// book decides n events for key at now and describes the decision; b
+// records the epoch it was made in. n was validated against the
+// parameters before the key was taken; should a change have lowered the
+// limit below n since, book fails with ErrExceedsLimit, deciding nothing.
+// A peek (n == 0) creates no key: it steps a scratch state of the store's.
+func (k *keyed[S, P, A]) book(key string, n int, now, maxWait int64) (Decision, booked, bool, error) {
+	h, _ := k.st.Take(key, now, n > 0)
+	epoch := k.ps.epoch.Load()
+	a := A(k.ps.p.Load())
+	if int64(n) > a.max() {
+		h.Release()
+		return Decision{}, booked{}, false, ErrExceedsLimit
+	}
+	d, b, ok := decide(a, h.State(), now, int64(n), maxWait)
+	h.Release()
+	b.epoch = epoch
+	return d, b, ok, nil
+}
+
+// unbook gives back n events booked as b, as of at, if neither a change of
+// the parameters nor a reset has happened since the booking: what the
+// booking took is measured in the parameters and the state it was made
+// under. The epoch is read after the parameters: if it is still the
+// booking's, and even (no swap under way then), the parameters read are
+// the booking's.
 func (k *keyed[S, P, A]) unbook(key string, n int, b booked, at int64) {
-	a := A(k.p)
+	if b.epoch&1 != 0 || k.ps.epoch.Load() != b.epoch {
+		return // changed or reset since: the booking stays taken
+	}
 	h, fresh := k.st.Take(key, at, false)
-	if !fresh { // an evicted key has nothing booked to give back
+	a := A(k.ps.p.Load())
+	if !fresh && k.ps.epoch.Load() == b.epoch { // an evicted key has nothing booked to give back
 		a.unstep(h.State(), int64(n), b, at)
 	}
 	h.Release()
 }
 
-// reserve books n events for key, n validated, on one clock read; maxWait
-// < 0 means no bound on the delay.
-func (k *keyed[S, P, A]) reserve(key string, n int, maxWait int64) *Reservation {
+// reserve books n events for key on one clock read; maxWait < 0 means no
+// bound on the delay.
+func (k *keyed[S, P, A]) reserve(key string, n int, maxWait int64) (*Reservation, error) {
 	now := k.nc.now()
-	d, bk, ok := k.book(key, n, now, maxWait)
+	d, bk, ok, err := k.book(key, n, now, maxWait)
+	if err != nil {
+		return nil, err
+	}
 	r := &Reservation{ok: ok, decision: d, act: k.nc.timeOf(bk.act), clock: k.nc.clock, line: &k.nc, actNs: bk.act}
 	if ok && n > 0 {
 		r.cancel = func(at time.Time) { k.unbook(key, n, bk, k.nc.nanosOf(at)) }
 	}
-	return r
+	return r, nil
 }
 
 // The hooks AllowAll uses (see inMemory).
@@ -223,7 +309,8 @@ func (k *keyed[S, P, A]) reserve(key string, n int, maxWait int64) *Reservation 
 func (k *keyed[S, P, A]) multiClock() Clock { return k.nc.clock }
 
 func (k *keyed[S, P, A]) multiBook(key string, n int) (Decision, booked, bool) {
-	return k.book(key, n, k.nc.now(), 0)
+	d, b, ok, _ := k.book(key, n, k.nc.now(), 0) // a limit lowered below n since it was checked: refused
+	return d, b, ok
 }
 
 func (k *keyed[S, P, A]) multiUnbook(key string, n int, b booked, rollback bool) {
@@ -235,12 +322,12 @@ func (k *keyed[S, P, A]) multiUnbook(key string, n int, b booked, rollback bool)
 }
 
 func (k *keyed[S, P, A]) multiPeek(key string) Decision {
-	d, _, _ := k.book(key, 0, k.nc.now(), 0)
+	d, _, _, _ := k.book(key, 0, k.nc.now(), 0)
 	return d
 }
 
 func (k *keyed[S, P, A]) latestOnly() bool {
-	switch any(k.p).(type) {
+	switch any((*P)(nil)).(type) {
 	case *tbParams, *lbParams:
 		return true
 	}
@@ -252,7 +339,11 @@ func (k *keyed[S, P, A]) multiCheck(key string, n int) (Decision, int64) {
 	h, _ := k.st.Take(key, now, false)
 	s := h.State()
 	saved := *s // a plain value (see latestOnly): restoring it unbooks
-	d, _, _ := decide(A(k.p), s, now, int64(n), 0)
+	a := A(k.ps.p.Load())
+	var d Decision
+	if int64(n) <= a.max() { // else refused: a limit lowered below n since it was checked
+		d, _, _ = decide(a, s, now, int64(n), 0)
+	}
 	*s = saved
 	h.Release()
 	return d, now
@@ -261,7 +352,8 @@ func (k *keyed[S, P, A]) multiCheck(key string, n int) (Decision, int64) {
 // multiBookAt saves the second clock read of a pair that was checked:
 // the booking follows the check by the time the other pairs take.
 func (k *keyed[S, P, A]) multiBookAt(key string, n int, now int64) (Decision, booked, bool) {
-	return k.book(key, n, now, 0)
+	d, b, ok, _ := k.book(key, n, now, 0)
+	return d, b, ok
 }
 
 // statsOf is the store's counters as Stats.

@@ -41,8 +41,14 @@ func (tb *TokenBucket) Sweep() { tb.k.Sweep() }
 // dropped lazily only. Close is safe to call more than once.
 func (tb *TokenBucket) Close() error { return tb.k.Close() }
 
-// Limit returns the most events the limiter allows a key at once.
-func (tb *TokenBucket) Limit() int { return tb.k.limit }
+// Limit returns the most events the limiter allows a key at once, under
+// its parameters now.
+func (tb *TokenBucket) Limit() int { return tb.k.Limit() }
+
+// Reset makes key start afresh: at rest, with its full allowance from now
+// on, as if it had never been seen. A Cancel of a booking made before it
+// gives nothing back.
+func (tb *TokenBucket) Reset(key string) { tb.k.Reset(key) }
 
 var _ inMemory = (*TokenBucket)(nil)
 
@@ -107,8 +113,14 @@ func (lb *LeakyBucket) Sweep() { lb.k.Sweep() }
 // dropped lazily only. Close is safe to call more than once.
 func (lb *LeakyBucket) Close() error { return lb.k.Close() }
 
-// Limit returns the most events the limiter allows a key at once.
-func (lb *LeakyBucket) Limit() int { return lb.k.limit }
+// Limit returns the most events the limiter allows a key at once, under
+// its parameters now.
+func (lb *LeakyBucket) Limit() int { return lb.k.Limit() }
+
+// Reset makes key start afresh: at rest, with its full allowance from now
+// on, as if it had never been seen. A Cancel of a booking made before it
+// gives nothing back.
+func (lb *LeakyBucket) Reset(key string) { lb.k.Reset(key) }
 
 var _ inMemory = (*LeakyBucket)(nil)
 
@@ -173,8 +185,14 @@ func (fw *FixedWindow) Sweep() { fw.k.Sweep() }
 // dropped lazily only. Close is safe to call more than once.
 func (fw *FixedWindow) Close() error { return fw.k.Close() }
 
-// Limit returns the most events the limiter allows a key at once.
-func (fw *FixedWindow) Limit() int { return fw.k.limit }
+// Limit returns the most events the limiter allows a key at once, under
+// its parameters now.
+func (fw *FixedWindow) Limit() int { return fw.k.Limit() }
+
+// Reset makes key start afresh: at rest, with its full allowance from now
+// on, as if it had never been seen. A Cancel of a booking made before it
+// gives nothing back.
+func (fw *FixedWindow) Reset(key string) { fw.k.Reset(key) }
 
 var _ inMemory = (*FixedWindow)(nil)
 
@@ -239,8 +257,14 @@ func (sl *SlidingLog) Sweep() { sl.k.Sweep() }
 // dropped lazily only. Close is safe to call more than once.
 func (sl *SlidingLog) Close() error { return sl.k.Close() }
 
-// Limit returns the most events the limiter allows a key at once.
-func (sl *SlidingLog) Limit() int { return sl.k.limit }
+// Limit returns the most events the limiter allows a key at once, under
+// its parameters now.
+func (sl *SlidingLog) Limit() int { return sl.k.Limit() }
+
+// Reset makes key start afresh: at rest, with its full allowance from now
+// on, as if it had never been seen. A Cancel of a booking made before it
+// gives nothing back.
+func (sl *SlidingLog) Reset(key string) { sl.k.Reset(key) }
 
 var _ inMemory = (*SlidingLog)(nil)
 
@@ -305,8 +329,14 @@ func (sc *SlidingWindowCounter) Sweep() { sc.k.Sweep() }
 // dropped lazily only. Close is safe to call more than once.
 func (sc *SlidingWindowCounter) Close() error { return sc.k.Close() }
 
-// Limit returns the most events the limiter allows a key at once.
-func (sc *SlidingWindowCounter) Limit() int { return sc.k.limit }
+// Limit returns the most events the limiter allows a key at once, under
+// its parameters now.
+func (sc *SlidingWindowCounter) Limit() int { return sc.k.Limit() }
+
+// Reset makes key start afresh: at rest, with its full allowance from now
+// on, as if it had never been seen. A Cancel of a booking made before it
+// gives nothing back.
+func (sc *SlidingWindowCounter) Reset(key string) { sc.k.Reset(key) }
 
 var _ inMemory = (*SlidingWindowCounter)(nil)
 

@@ -30,7 +30,9 @@ package ratelimit
 // already), so cancels in reverse order of booking give every one back;
 // otherwise it gives nothing back and the slots stay in the queue, empty.
 // A clock that moves backwards never frees places. A key is at rest, and
-// may be dropped, when its queue is empty. State per key: 16 bytes.
+// may be dropped, when its queue is empty. State per key: 24 bytes.
+// SetRate changes the rate and capacity at run time; Reset makes a key
+// start afresh.
 // docs/algorithms.md explains the choices and how it relates to
 // TokenBucket, the leaky bucket used as a meter.
 //
@@ -44,6 +46,7 @@ type LeakyBucket struct {
 // empty when end <= now.
 type lbState struct {
 	end ftime
+	gen uint64 // the parameters end's fraction of a nanosecond is in
 }
 
 // lbParams has the token bucket's parameters, built and checked by the same
@@ -61,11 +64,11 @@ func NewLeakyBucket(rate Rate, capacity int, opts ...Option) (*LeakyBucket, erro
 	if err != nil {
 		return nil, err
 	}
-	k, err := newKeyed[lbState, lbParams]((*lbParams)(params), capacity, opts)
-	if err != nil {
+	l := new(LeakyBucket)
+	if err := l.k.setup((*lbParams)(params), opts); err != nil {
 		return nil, err
 	}
-	return &LeakyBucket{k: k}, nil
+	return l, nil
 }
 
 // Allow reports whether one event for key may depart now, and records it
@@ -76,20 +79,52 @@ func (lb *LeakyBucket) Allow(key string) bool {
 		return lb.k.allowObserved(key)
 	}
 	now := lb.k.nc.now()
-	p := lb.k.p
 	h, _ := lb.k.st.Take(key, now, true)
-	_, ok := p.admit(h.State(), now, 1, 0)
+	_, ok := lb.k.ps.p.Load().admit(h.State(), now, 1, 0)
 	h.Release()
 	return ok
 }
 
-func (p *lbParams) init(s *lbState, now int64) { s.end = ftime{Ns: now} }
+// SetRate changes the drain rate and the queue's capacity of every key,
+// from each key's next decision on, atomically: a decision uses either the
+// old parameters or the new ones, never a mix. It validates as
+// NewLeakyBucket does and returns the same errors, leaving the limiter
+// unchanged on error.
+//
+// Each key keeps its queue: the events booked keep their slots, and the
+// next slot starts where the queue ends (rounded up to a whole
+// nanosecond), spaced at the new rate. A queue longer than the new
+// capacity allows takes nothing more until it has drained below it. A
+// Cancel after the change gives nothing back (its slots stay, empty).
+func (lb *LeakyBucket) SetRate(rate Rate, capacity int) error {
+	return lb.k.swap(func(old *lbParams, now int64) (*lbParams, error) {
+		p, err := newTBParams(rate, capacity)
+		if err != nil {
+			return nil, err
+		}
+		p.gen = old.gen + 1 // the queue needs no history: see adopt
+		return (*lbParams)(p), nil
+	})
+}
+
+func (p *lbParams) max() int64 { return p.capacity }
+
+// adopt re-expresses a queue end written under other parameters in p's:
+// rounded up to a whole nanosecond, the fraction being in the old rate's
+// units.
+func (p *lbParams) adopt(s *lbState) { *s = lbState{end: ftime{Ns: s.end.CeilNs()}, gen: p.gen} }
+
+func (p *lbParams) init(s *lbState, now int64) { *s = lbState{end: ftime{Ns: now}, gen: p.gen} }
 
 func (p *lbParams) atRest(s *lbState, now int64) bool { return s.end.NotAfter(ftime{Ns: now}) }
 
 // free is how many events the queue has room for, its end at end and an
-// empty queue's limit at full.
+// empty queue's limit at full; none if it reaches beyond full (a capacity
+// lowered since it was booked).
 func (p *lbParams) free(full, end ftime) int {
+	if !end.NotAfter(full) {
+		return 0
+	}
 	return int(min(p.iv.Count(p.iv.Diff(full, end)), p.capacity))
 }
 
@@ -98,6 +133,9 @@ func (p *lbParams) free(full, end ftime) int {
 // queue has no room for them, or if their first slot is later than
 // maxWait. A peek (n == 0) always conforms, at now.
 func (p *lbParams) admit(s *lbState, now, n, maxWait int64) (b booked, ok bool) {
+	if s.gen != p.gen {
+		p.adopt(s)
+	}
 	if n == 0 {
 		return booked{act: now}, true
 	}
@@ -121,7 +159,7 @@ func (p *lbParams) admit(s *lbState, now, n, maxWait int64) (b booked, ok bool) 
 		}
 		return booked{act: now + retry}, false
 	}
-	s.end = end // at most C/r <= maxSpan ahead of now: fits saw to it
+	s.end = end // at most C/r <= maxSpan ahead of now: fits saw to it; gen is p's
 	return booked{act: now + delay, end: end}, true
 }
 
@@ -142,7 +180,7 @@ func (p *lbParams) describe(s *lbState, now int64, b booked, ok bool) (d Decisio
 }
 
 func (p *lbParams) unstep(s *lbState, n int64, b booked, at int64) {
-	if at > b.act || s.end != b.end {
+	if at > b.act || s.end != b.end || s.gen != p.gen {
 		return // started, or not the tail: its slots stay, empty
 	}
 	s.end = p.iv.Sub(s.end, n)

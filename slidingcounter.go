@@ -51,6 +51,8 @@ import (
 // has begun and counts nothing (nor does the one before it), its window
 // has passed and counts nothing, or both windows have passed.
 //
+// SetRate changes the rate at run time; Reset makes a key start afresh.
+//
 // Build it with NewSlidingWindowCounter. It is safe for concurrent use.
 // Most callers want Allow.
 type SlidingWindowCounter struct {
@@ -81,11 +83,11 @@ func NewSlidingWindowCounter(rate Rate, opts ...Option) (*SlidingWindowCounter, 
 		return nil, err
 	}
 	alg := &swcParams{limit: limit, window: window}
-	k, err := newKeyed[swcState, swcParams](alg, int(limit), opts)
-	if err != nil {
+	l := new(SlidingWindowCounter)
+	if err := l.k.setup(alg, opts); err != nil {
 		return nil, err
 	}
-	return &SlidingWindowCounter{k: k}, nil
+	return l, nil
 }
 
 // Allow reports whether one event for key may happen now, and records it
@@ -95,12 +97,34 @@ func (sc *SlidingWindowCounter) Allow(key string) bool {
 		return sc.k.allowObserved(key)
 	}
 	now := sc.k.nc.now()
-	p := sc.k.p
 	h, _ := sc.k.st.Take(key, now, true)
-	_, ok := p.admit(h.State(), now, 1, 0)
+	_, ok := sc.k.ps.p.Load().admit(h.State(), now, 1, 0)
 	h.Release()
 	return ok
 }
+
+// SetRate changes the limit and the window's length of every key, from
+// each key's next decision on, atomically: a decision uses either the old
+// parameters or the new ones, never a mix. It validates as
+// NewSlidingWindowCounter does and returns the same errors, leaving the
+// limiter unchanged on error.
+//
+// Each key keeps its window's start and both counts, weighed against the
+// new limit and length: its windows follow one another at the new length
+// from the key's window's start until the key is at rest, then align to
+// the epoch again. Bookings made before the change keep their instant; a
+// Cancel of one after the change gives nothing back.
+func (sc *SlidingWindowCounter) SetRate(rate Rate) error {
+	return sc.k.swap(func(_ *swcParams, _ int64) (*swcParams, error) {
+		limit, window, err := windowParams(rate)
+		if err != nil {
+			return nil, err
+		}
+		return &swcParams{limit: limit, window: window}, nil
+	})
+}
+
+func (p *swcParams) max() int64 { return p.limit }
 
 func (p *swcParams) init(s *swcState, now int64) { *s = swcState{start: windowStart(now, p.window)} }
 

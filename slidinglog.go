@@ -35,6 +35,8 @@ const maxLogLimit = 1 << 20
 // changing any decision at or after that instant, once every logged
 // instant has left the window (t−W, t] and nothing is booked ahead.
 //
+// SetRate changes the rate at run time; Reset makes a key start afresh.
+//
 // Build it with NewSlidingLog. It is safe for concurrent use. Most callers
 // want Allow.
 type SlidingLog struct {
@@ -61,6 +63,18 @@ type slParams struct {
 // the rate's count or period is not positive, if the count exceeds
 // 1,048,576, or if the period exceeds about 36.5 years (2⁶⁰ ns).
 func NewSlidingLog(rate Rate, opts ...Option) (*SlidingLog, error) {
+	alg, err := newSLParams(rate)
+	if err != nil {
+		return nil, err
+	}
+	l := new(SlidingLog)
+	if err := l.k.setup(alg, opts); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func newSLParams(rate Rate) (*slParams, error) {
 	limit, window, err := windowParams(rate)
 	if err != nil {
 		return nil, err
@@ -69,13 +83,25 @@ func NewSlidingLog(rate Rate, opts ...Option) (*SlidingLog, error) {
 		return nil, fmt.Errorf("%w: a sliding log of %d events would take %d bytes per key; the limit is %d (use SlidingWindowCounter)",
 			ErrInvalidRate, limit, 8*limit, maxLogLimit)
 	}
-	alg := &slParams{limit: limit, window: window}
-	k, err := newKeyed[slState, slParams](alg, int(limit), opts)
-	if err != nil {
-		return nil, err
-	}
-	return &SlidingLog{k: k}, nil
+	return &slParams{limit: limit, window: window}, nil
 }
+
+// SetRate changes the limit and the window's length of every key, from
+// each key's next decision on, atomically: a decision uses either the old
+// parameters or the new ones, never a mix. It validates as NewSlidingLog
+// does and returns the same errors, leaving the limiter unchanged on error.
+//
+// Each key keeps the instants it has logged, counted against the new limit
+// over the new window. A key's log grows to a new, larger limit at its
+// next event (one allocation per key, under its lock), and keeps its size
+// under a smaller one until the key is dropped. Bookings made before the
+// change keep their instant; a Cancel of one after the change gives
+// nothing back.
+func (sl *SlidingLog) SetRate(rate Rate) error {
+	return sl.k.swap(func(_ *slParams, _ int64) (*slParams, error) { return newSLParams(rate) })
+}
+
+func (p *slParams) max() int64 { return p.limit }
 
 // Allow reports whether one event for key may happen now, and records it
 // if so. It does not allocate for a key already in the store, once the
@@ -85,9 +111,8 @@ func (sl *SlidingLog) Allow(key string) bool {
 		return sl.k.allowObserved(key)
 	}
 	now := sl.k.nc.now()
-	p := sl.k.p
 	h, _ := sl.k.st.Take(key, now, true)
-	_, ok := p.admit(h.State(), now, 1, 0)
+	_, ok := sl.k.ps.p.Load().admit(h.State(), now, 1, 0)
 	h.Release()
 	return ok
 }
@@ -115,6 +140,15 @@ func (s *slState) from(now int64) int64 {
 		t = max(t, s.at(s.n-1))
 	}
 	return t
+}
+
+// grow gives the log a ring of size instants, keeping what it holds.
+func (s *slState) grow(size int) {
+	ring := make([]int64, size)
+	for i := range s.n {
+		ring[i] = s.at(i)
+	}
+	s.ring, s.head = ring, 0
 }
 
 // push appends k copies of t, which is not before the newest instant; the
@@ -177,8 +211,8 @@ func (p *slParams) admit(s *slState, now, n, maxWait int64) (b booked, ok bool) 
 	if delay := act - now; (maxWait >= 0 && delay > maxWait) || delay > maxSpan {
 		return booked{act: act}, false
 	}
-	if s.ring == nil {
-		s.ring = make([]int64, p.limit)
+	if len(s.ring) < int(p.limit) {
+		s.grow(int(p.limit))
 	}
 	p.drop(s, s.after(now-p.window))
 	if over := int64(s.n) + n - p.limit; over > 0 {
@@ -208,7 +242,7 @@ func (p *slParams) remaining(s *slState, now, from int64) int {
 	if from > now {
 		return 0
 	}
-	return int(p.limit - int64(s.n-s.after(now-p.window)))
+	return int(max(p.limit-int64(s.n-s.after(now-p.window)), 0)) // none over a limit lowered since
 }
 
 // resetAfter is how long until every logged instant has left the window

@@ -35,7 +35,10 @@ import "fmt"
 // is never moved back by time.
 //
 // A key is at rest when its bucket is full (TAT <= now); the store may drop
-// it then without changing any decision. State per key: 16 bytes.
+// it then without changing any decision. State per key: 24 bytes.
+//
+// SetRate changes the rate and capacity at run time; Reset makes a key
+// start afresh.
 //
 // A leaky bucket used as a meter (drop what overflows, no queue) is this
 // same function; LeakyBucket is the leaky bucket as a shaper.
@@ -46,8 +49,12 @@ type TokenBucket struct {
 	k keyed[tbState, tbParams, *tbParams]
 }
 
+// tbState is a key's TAT, and the generation of the parameters it is
+// expressed in: TAT means a number of tokens only with the rate and
+// capacity it was written under.
 type tbState struct {
 	tat ftime
+	gen uint64
 }
 
 // tbParams is a token bucket's parameters, immutable once built.
@@ -55,7 +62,20 @@ type tbParams struct {
 	iv       interval
 	capacity int64
 	tau      ftime // C intervals: the burst tolerance
+
+	// gen counts the changes made before these parameters; since is when
+	// they took over (unused for gen 0), and hist holds up to maxHist of
+	// the parameters before them, oldest first, each with hist nil, so
+	// that a state written under any of them can be re-expressed.
+	gen   uint64
+	since int64
+	hist  []tbParams
 }
+
+// maxHist is how many earlier parameters a token bucket keeps to
+// re-express the TAT of a key that has not decided since: a key idle
+// through more changes is re-expressed from the oldest kept (see adopt).
+const maxHist = 8
 
 // NewTokenBucket returns a token bucket per key of the given capacity,
 // refilled at rate. It returns an error matching ErrInvalidRate if the
@@ -67,11 +87,11 @@ func NewTokenBucket(rate Rate, capacity int, opts ...Option) (*TokenBucket, erro
 	if err != nil {
 		return nil, err
 	}
-	k, err := newKeyed[tbState, tbParams](alg, capacity, opts)
-	if err != nil {
+	l := new(TokenBucket)
+	if err := l.k.setup(alg, opts); err != nil {
 		return nil, err
 	}
-	return &TokenBucket{k: k}, nil
+	return l, nil
 }
 
 func newTBParams(rate Rate, capacity int) (*tbParams, error) {
@@ -90,6 +110,102 @@ func newTBParams(rate Rate, capacity int) (*tbParams, error) {
 	return &tbParams{iv: iv, capacity: int64(capacity), tau: iv.Add(ftime{}, int64(capacity))}, nil
 }
 
+// SetRate changes the rate and capacity of every key, from each key's next
+// decision on, atomically: a decision uses either the old parameters or
+// the new ones, never a mix. It validates as NewTokenBucket does and
+// returns the same errors, leaving the limiter unchanged on error.
+//
+// Each key keeps the tokens it held at the change, capped at the new
+// capacity, and refills at the new rate from then on. Bookings made before
+// the change (by Reserve or Wait) keep the instant they were given; a key
+// with bookings ahead is empty until the latest of them acts, and then
+// refills at the new rate. A Cancel of a booking made before the change
+// gives nothing back (its tokens stay taken). A key idle through more than
+// eight changes is taken, at the oldest change remembered, as full with
+// that change's capacity if it was full, and as empty until it would have
+// been full otherwise. Over any interval a key lets through no more than
+// the larger of the two configurations allows.
+func (tb *TokenBucket) SetRate(rate Rate, capacity int) error {
+	return tb.k.swap(func(old *tbParams, now int64) (*tbParams, error) {
+		p, err := newTBParams(rate, capacity)
+		if err != nil {
+			return nil, err
+		}
+		p.succeed(old, now)
+		return p, nil
+	})
+}
+
+// succeed makes p the parameters after old, from now on.
+func (p *tbParams) succeed(old *tbParams, now int64) {
+	p.gen, p.since = old.gen+1, now
+	h := old.hist
+	if len(h) == maxHist {
+		h = h[1:]
+	}
+	p.hist = append(append(make([]tbParams, 0, len(h)+1), h...), *old)
+	p.hist[len(p.hist)-1].hist = nil
+}
+
+func (p *tbParams) max() int64 { return p.capacity }
+
+// adopt re-expresses s, written under earlier parameters, in p's: it
+// replays each change since at the instant it happened (or now, if that is
+// earlier: a decision that read the clock before the change), with rebase.
+// A state older than the history is taken, at the oldest change kept, as
+// full with that change's capacity if its TAT had passed then, and as
+// empty until its TAT otherwise (the parameters it was written under being
+// gone): it never holds more tokens than the capacity in force from that
+// change on, nor acts before a booking it holds.
+func (p *tbParams) adopt(s *tbState, now int64) {
+	h := p.hist
+	i := len(h) - 1
+	for i >= 0 && h[i].gen != s.gen {
+		i--
+	}
+	if i < 0 {
+		o := &h[0]
+		if t := min(o.since, now); s.tat.NotAfter(ftime{Ns: t}) {
+			s.tat = ftime{Ns: t} // full
+		} else {
+			s.tat = emptyAt(s.tat, o.tau)
+		}
+		s.gen, i = o.gen, 0
+	}
+	for j := i + 1; j < len(h); j++ {
+		h[j].rebase(&h[j-1], s, now)
+	}
+	p.rebase(&h[len(h)-1], s, now)
+}
+
+// rebase re-expresses s from old's parameters in p's, at the change (or
+// now, if earlier): the tokens the bucket held then under old, capped at
+// p's capacity. A bucket in debt then (bookings ahead) keeps the instant
+// at which it is empty, that of its latest booking: tokens come after it
+// at p's rate. Keeping the debt in tokens instead would let a faster rate
+// book new events beside the old ones, which keep their instants.
+func (p *tbParams) rebase(old *tbParams, s *tbState, now int64) {
+	t := ftime{Ns: min(p.since, now)}
+	base := s.tat
+	if base.NotAfter(t) {
+		base = t
+	}
+	fullOld := ftime{Ns: t.Ns + old.tau.Ns, Fr: old.tau.Fr}
+	fullNew := ftime{Ns: t.Ns + p.tau.Ns, Fr: p.tau.Fr}
+	if base.NotAfter(fullOld) {
+		tokens := min(old.iv.Count(old.iv.Diff(fullOld, base)), p.capacity)
+		s.tat = p.iv.Sub(fullNew, tokens)
+	} else {
+		s.tat = emptyAt(old.iv.Diff(base, old.tau), p.tau)
+	}
+	s.gen = p.gen
+}
+
+// emptyAt is the TAT, under burst tolerance tau, of a bucket empty at e
+// (in another rate's units, so rounded up to a whole nanosecond): the
+// next token comes one interval after e.
+func emptyAt(e, tau ftime) ftime { return ftime{Ns: e.CeilNs() + tau.Ns, Fr: tau.Fr} }
+
 // Allow reports whether one event for key may happen now, and records it
 // if so. It does not allocate for a key already in the store.
 func (tb *TokenBucket) Allow(key string) bool {
@@ -97,21 +213,32 @@ func (tb *TokenBucket) Allow(key string) bool {
 		return tb.k.allowObserved(key)
 	}
 	now := tb.k.nc.now()
-	p := tb.k.p
 	h, _ := tb.k.st.Take(key, now, true)
-	_, ok := p.admit(h.State(), now, 1, 0)
+	_, ok := tb.k.ps.p.Load().admit(h.State(), now, 1, 0)
 	h.Release()
 	return ok
 }
 
-func (p *tbParams) init(s *tbState, now int64) { s.tat = ftime{Ns: now} }
+func (p *tbParams) init(s *tbState, now int64) { *s = tbState{tat: ftime{Ns: now}, gen: p.gen} }
 
-func (p *tbParams) atRest(s *tbState, now int64) bool { return s.tat.NotAfter(ftime{Ns: now}) }
+// atRest: the bucket is full. Under a larger capacity than it was written
+// under, a state full then may not be full now.
+func (p *tbParams) atRest(s *tbState, now int64) bool {
+	if s.gen != p.gen {
+		c := *s
+		p.adopt(&c, now)
+		return c.tat.NotAfter(ftime{Ns: now})
+	}
+	return s.tat.NotAfter(ftime{Ns: now})
+}
 
 // admit: n tokens conform at the instant TAT+n/r-C/r (rounded up to a
 // whole nanosecond), or now if that is earlier; booking them moves TAT on
 // n intervals. A peek (n == 0) changes nothing, not even a TAT in the past.
 func (p *tbParams) admit(s *tbState, now, n, maxWait int64) (b booked, ok bool) {
+	if s.gen != p.gen {
+		p.adopt(s, now)
+	}
 	base := s.tat
 	if base.Ns < now {
 		base = ftime{Ns: now}
@@ -168,7 +295,7 @@ func (p *tbParams) describe(s *tbState, now int64, b booked, ok bool) (d Decisio
 // back: each booking leaves TAT beyond where it found it, and a give-back
 // returns it only to where the latest booking found it.
 func (p *tbParams) unstep(s *tbState, n int64, b booked, at int64) {
-	if at > b.act || s.tat != b.end {
+	if at > b.act || s.tat != b.end || s.gen != p.gen {
 		return // due (the tokens were spent), or not the latest
 	}
 	s.tat = p.iv.Sub(s.tat, n)

@@ -86,3 +86,37 @@ func ExampleTokenBucket_perIP() {
 	fmt.Println(codes[http.StatusOK], "ok,", codes[http.StatusTooManyRequests], "too many")
 	// Output: 20 ok, 5 too many
 }
+
+// SetRate changes a running limiter's rate and capacity: each key keeps
+// the tokens it has (capped at the new capacity) and refills at the new
+// rate from then on. Reset gives one key its full allowance back.
+func ExampleTokenBucket_SetRate() {
+	clock := ratelimit.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	lim, _ := ratelimit.NewTokenBucket(ratelimit.PerSecond(1), 2, ratelimit.WithClock(clock))
+	ctx := context.Background()
+	lim.AllowN(ctx, "user-1", 2) // the burst: empty
+	lim.AllowN(ctx, "user-2", 2)
+
+	// During an incident the operator raises the limit, without a restart.
+	if err := lim.SetRate(ratelimit.PerSecond(10), 20); err != nil {
+		panic(err)
+	}
+	clock.Advance(500 * time.Millisecond) // 5 tokens at the new rate
+	d, _ := lim.AllowN(ctx, "user-1", 0)
+	fmt.Println("user-1 after 500ms:", d.Remaining, "of", d.Limit)
+
+	// Support gives user-2 a fresh start.
+	lim.Reset("user-2")
+	d, _ = lim.AllowN(ctx, "user-2", 0)
+	fmt.Println("user-2 after Reset:", d.Remaining, "of", d.Limit)
+
+	// A bad change is refused whole; the limiter keeps serving as it was.
+	err := lim.SetRate(ratelimit.PerSecond(10), 0)
+	fmt.Println(err)
+	fmt.Println("limit still", lim.Limit())
+	// Output:
+	// user-1 after 500ms: 5 of 20
+	// user-2 after Reset: 20 of 20
+	// ratelimit: invalid capacity: capacity must be positive, got 0
+	// limit still 20
+}

@@ -108,7 +108,7 @@ func fuzzFixedWindow(rate Rate) (winStepper, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &fwStepper{a: l.k.p}, nil
+	return &fwStepper{a: l.k.ps.p.Load()}, nil
 }
 
 func fuzzSlidingLog(rate Rate) (winStepper, error) {
@@ -121,7 +121,7 @@ func fuzzSlidingLog(rate Rate) (winStepper, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &slStepper{a: l.k.p}, nil
+	return &slStepper{a: l.k.ps.p.Load()}, nil
 }
 
 func fuzzSlidingCounter(rate Rate) (winStepper, error) {
@@ -129,7 +129,7 @@ func fuzzSlidingCounter(rate Rate) (winStepper, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &swcStepper{a: l.k.p}, nil
+	return &swcStepper{a: l.k.ps.p.Load()}, nil
 }
 
 // FuzzWindowStep drives a window algorithm's step with fuzzed rates (tiny
