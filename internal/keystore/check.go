@@ -41,8 +41,8 @@ func (st *Store[S]) checkShard(si int, sh *shard[S]) error {
 		if w == 0 {
 			continue
 		}
-		if w&lockBit != 0 {
-			return fmt.Errorf("shard %d slot %d: locked at rest", si, i)
+		if w&(lockBit|waitBit) != 0 {
+			return fmt.Errorf("shard %d slot %d: locked at rest (header %#x)", si, i, w)
 		}
 		held++
 		k := string(arenaKey(arena, w&offMask))

@@ -63,6 +63,26 @@
 //     4 GiB of key bytes (32-bit offsets): past that it evicts as at the
 //     cap. A key longer than maxKeyLen is known by its first maxKeyLen
 //     bytes.
+//  11. A key held by others is waited for in line, parked, not by spinning.
+//     A reader that finds its key's slot locked fastTries times in a row
+//     takes its shard's queue mutex and keeps it until Release, so the
+//     other waiters park in that mutex. The queue's holder looks the key
+//     up afresh each time (a key that moved under rule 9 is found where it
+//     went); after queueTries looks it sets the wait bit in the locked
+//     header it saw, by a compare-and-swap on that exact header, and parks
+//     on the shard's semaphore (it holds one token at most). The
+//     invariant: the wait bit is only ever set on a locked header, and
+//     every write over a locked header (Release, an unlock under the
+//     mutex, a delete's shift or clear) swaps the header and gives a token
+//     if the bit was set; a rebuild, which never unlocks the old slots,
+//     gives one after publishing the new table if any old slot has the
+//     bit, and a waiter that set the bit rechecks that its table's slots
+//     are still the shard's before it parks. So no wake-up is lost: either
+//     the waiter sees the change before it parks, or the change gives a
+//     token. A token may be stale (its waiter already gone); a woken
+//     waiter looks again either way. Locks are taken in the order queue,
+//     shard mutex, lock bit, never the other way, and a caller holds no
+//     handle while it takes another, so they cannot deadlock.
 //
 // Tables have any size, not only powers of two (a key's home slot is its
 // tag scaled to the table's length), and grow by half at a load of

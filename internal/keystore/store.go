@@ -52,7 +52,18 @@ type shard[S any] struct {
 	tab atomic.Pointer[table[S]]
 	_   [56]byte // keep tab, read by every call, off the line mu is on
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// queue is where callers on a key held by others wait their turn
+	// (rule 11): its holder alone waits on a slot, the rest park here.
+	queue sync.Mutex
+	// park is a binary semaphore, on which the queue's holder waits for
+	// a token given by whoever lets go of a slot whose header has waitBit
+	// set: it is locked but while a token waits, and token is set from
+	// when a token is given until the holder takes it. (A sync.Mutex may
+	// be unlocked by a goroutine other than its locker.)
+	park  sync.Mutex
+	token atomic.Bool
+
 	used   int    // bytes of the current arena in use
 	dead   int    // bytes of keys that are no longer held
 	n      int    // keys held
@@ -82,10 +93,11 @@ type table[S any] struct {
 }
 
 type slot[S any] struct {
-	// hdr is 0 for an empty slot, else the key's tag (the top 30 bits),
-	// its reference bit (set when the key is used, cleared when the clock
-	// hand passes it), the lock bit and its offset in the arena (the low
-	// 32 bits). It is read and written atomically.
+	// hdr is 0 for an empty slot, else the key's tag (the top 29 bits),
+	// the wait bit (set, while the slot is locked, by a caller parked
+	// until it is let go), its reference bit (set when the key is used,
+	// cleared when the clock hand passes it), the lock bit and its offset
+	// in the arena (the low 32 bits). It is read and written atomically.
 	hdr uint64
 	s   S // read and written only by the holder of the lock bit
 }
@@ -107,13 +119,16 @@ const (
 	offMask  = 1<<32 - 1
 	lockBit  = 1 << 32
 	refBit   = 1 << 33
-	tagShift = 34
+	waitBit  = 1 << 34
+	tagShift = 35
 	tagBits  = 1<<64 - 1<<tagShift
 
-	// spinTries is how many times a reader finds its key's slot locked by
-	// another (yielding the processor from the 9th time on) before it
-	// takes the slow path under the shard's mutex.
-	spinTries = 64
+	// fastTries is how many times a reader finds its key's slot locked by
+	// another before it joins the shard's queue (rule 11). There, the
+	// queue's holder looks queueTries times before it parks until the
+	// slot is let go.
+	fastTries  = 4
+	queueTries = 8
 
 	// maxLoad is the load at which a table grows by half (so to about
 	// 0.57); after a sweep, it grows only if more than sweptLoad full,
@@ -150,6 +165,7 @@ func New[S any](cfg Config, init func(s *S, now int64), atRest func(s *S, now in
 	shards := make([]shard[S], nshards)
 	for i := range shards {
 		shards[i].scram = rand.Uint64()
+		shards[i].park.Lock() // no token yet
 	}
 	return &Store[S]{
 		seed:        maphash.MakeSeed(),
@@ -230,18 +246,90 @@ func (st *Store[S]) Take(key string, now int64, create bool) (h Handle[S], fresh
 	hs := maphash.String(st.seed, key)
 	sh := &st.shards[hs&st.shardMask]
 	tag := tagOf(hs)
-	if sl, rel := sh.find(key, tag); sl != nil {
-		return Handle[S]{sl: sl, rel: rel}, false
+	sl, rel, busy := sh.find(key, tag, fastTries)
+	if sl != nil {
+		return Handle[S]{sl: sl, rel: rel, sh: sh}, false
+	}
+	if busy {
+		return st.takeQueued(sh, key, tag, now, create)
 	}
 	return st.takeSlow(sh, key, tag, now, create)
+}
+
+// takeQueued is Take for a key find met locked by others fastTries times
+// (rule 11): it waits its turn on the shard's queue, where goroutines
+// park, and there looks for the key again, parking until its slot is let
+// go if it is still locked after queueTries looks. It keeps the queue
+// until Release.
+func (st *Store[S]) takeQueued(sh *shard[S], key string, tag uint64, now int64, create bool) (Handle[S], bool) {
+	sh.queue.Lock()
+	for tries := 1; ; tries++ {
+		t, sl, w := sh.probe(key, tag)
+		if sl == nil { // gone meanwhile: no one to queue behind
+			sh.queue.Unlock()
+			return st.takeSlow(sh, key, tag, now, create)
+		}
+		if w&lockBit == 0 {
+			if atomic.CompareAndSwapUint64(&sl.hdr, w, w|lockBit) {
+				return Handle[S]{sl: sl, rel: w | refBit, sh: sh, queued: true}, false
+			}
+			continue
+		}
+		if tries%queueTries == 0 {
+			sh.await(t, sl, w)
+		}
+	}
+}
+
+// await parks until slot sl of table t, seen locked with header w, may
+// have been let go. It sets the slot's wait bit, so that whoever lets go
+// of it gives a token (wakeQueue), and returns at once if the header
+// changed meanwhile or t's slots are no longer the shard's (a rebuild
+// gives no token for a bit set after it published the new table). A
+// token may be stale, left by a wait bit whose waiter had already gone:
+// the caller looks again either way. Requires sh.queue held.
+func (sh *shard[S]) await(t *table[S], sl *slot[S], w uint64) {
+	if !atomic.CompareAndSwapUint64(&sl.hdr, w, w|waitBit) {
+		return
+	}
+	if cur := sh.tab.Load(); cur == nil || &cur.slots[0] != &t.slots[0] {
+		return
+	}
+	sh.park.Lock()
+	sh.token.Store(false)
+}
+
+// probe looks key up in the shard's current table, without the mutex, and
+// returns the table, the key's slot and the header it read there, or a
+// nil slot if the key is absent.
+func (sh *shard[S]) probe(key string, tag uint64) (*table[S], *slot[S], uint64) {
+	t := sh.tab.Load()
+	if t == nil {
+		return nil, nil, 0
+	}
+	n := len(t.slots)
+	for i := home(tag, n); ; {
+		sl := &t.slots[i]
+		w := atomic.LoadUint64(&sl.hdr)
+		if w == 0 {
+			return t, nil, 0
+		}
+		if w&tagBits == tag && keyAt(t.keys, w&offMask, key) {
+			return t, sl, w
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
 }
 
 // Handle is a held key's state: a slot whose lock bit is held, or, for a
 // peek at an absent key, the scratch state of a shard whose mutex is held.
 type Handle[S any] struct {
-	sl  *slot[S] // nil for a peek at an absent key
-	rel uint64   // the header Release stores
-	sh  *shard[S]
+	sl     *slot[S] // nil for a peek at an absent key
+	rel    uint64   // the header Release stores
+	sh     *shard[S]
+	queued bool // sh.queue is held too, let go after the slot
 }
 
 // State returns the key's state, valid until Release.
@@ -255,22 +343,25 @@ func (h Handle[S]) State() *S {
 // Release lets go of the key's state.
 func (h Handle[S]) Release() {
 	if h.sl != nil {
-		h.sl.unlock(h.rel)
-		return
+		h.sl.unlock(h.sh, h.rel)
+	} else {
+		h.sh.mu.Unlock()
 	}
-	h.sh.mu.Unlock()
+	if h.queued {
+		h.sh.queue.Unlock()
+	}
 }
 
 // find looks key up in the shard's current table without the mutex and,
-// if it is there, takes its slot's lock bit. It returns nil if the key is
-// absent, or if it is present but stays locked by others (a table being
-// rebuilt, or another goroutine on the same key for longer than a few
-// tries): lockSlow then settles it under the mutex.
-func (sh *shard[S]) find(key string, tag uint64) (*slot[S], uint64) {
-	for try := 0; try < spinTries; try++ {
+// if it is there, takes its slot's lock bit. It returns a nil slot if the
+// key is absent, or, with busy set, if it is present but was locked by
+// others (a table being rebuilt, or another goroutine on the same key) at
+// each of tries looks.
+func (sh *shard[S]) find(key string, tag uint64, tries int) (*slot[S], uint64, bool) {
+	for try := 0; ; try++ {
 		t := sh.tab.Load()
 		if t == nil {
-			return nil, 0
+			return nil, 0, false
 		}
 		slots := t.slots
 		n := len(slots)
@@ -278,7 +369,7 @@ func (sh *shard[S]) find(key string, tag uint64) (*slot[S], uint64) {
 			sl := &slots[i]
 			w := atomic.LoadUint64(&sl.hdr)
 			if w == 0 {
-				return nil, 0
+				return nil, 0, false
 			}
 			if w&tagBits != tag {
 				if i++; i == n {
@@ -297,7 +388,7 @@ func (sh *shard[S]) find(key string, tag uint64) (*slot[S], uint64) {
 			}
 			if same {
 				if w&lockBit == 0 && atomic.CompareAndSwapUint64(&sl.hdr, w, w|lockBit) {
-					return sl, w | refBit
+					return sl, w | refBit, false
 				}
 				break // locked, or changed since: look again
 			}
@@ -305,11 +396,10 @@ func (sh *shard[S]) find(key string, tag uint64) (*slot[S], uint64) {
 				i = 0
 			}
 		}
-		if try >= 8 {
-			runtime.Gosched()
+		if try+1 >= tries {
+			return nil, 0, true
 		}
 	}
-	return nil, 0
 }
 
 // takeSlow is Take under the shard's mutex, for a key find did not settle.
@@ -322,7 +412,7 @@ func (st *Store[S]) takeSlow(sh *shard[S], key string, tag uint64, now int64, cr
 			sl := &t.slots[i]
 			w := sl.lockWait()
 			sh.mu.Unlock()
-			return Handle[S]{sl: sl, rel: w | refBit}, false
+			return Handle[S]{sl: sl, rel: w | refBit, sh: sh}, false
 		}
 	}
 	if !create {
@@ -333,7 +423,7 @@ func (st *Store[S]) takeSlow(sh *shard[S], key string, tag uint64, now int64, cr
 	}
 	sl, w := st.insert(sh, key, tag, now)
 	sh.mu.Unlock()
-	return Handle[S]{sl: sl, rel: w}, true
+	return Handle[S]{sl: sl, rel: w, sh: sh}, true
 }
 
 // index returns the slot holding key, or -1, and how many slots it looked
@@ -372,8 +462,25 @@ func (sl *slot[S]) lockWait() uint64 {
 	}
 }
 
-// unlock stores the header rel, which has the lock bit clear.
-func (sl *slot[S]) unlock(rel uint64) { atomic.StoreUint64(&sl.hdr, rel) }
+// unlock stores the header rel, which has the lock bit clear, over a
+// header whose lock bit the caller holds; it wakes the shard's queue if a
+// caller is parked on the slot (rule 11). Every store over a locked
+// header goes through it.
+func (sl *slot[S]) unlock(sh *shard[S], rel uint64) {
+	if atomic.SwapUint64(&sl.hdr, rel)&waitBit != 0 {
+		sh.wakeQueue()
+	}
+}
+
+// wakeQueue gives the shard's queue holder a token, unless one is waiting
+// already: a second token adds nothing, since the holder looks again
+// after taking the first one, when it sees what the second would have
+// told it.
+func (sh *shard[S]) wakeQueue() {
+	if sh.token.CompareAndSwap(false, true) {
+		sh.park.Unlock()
+	}
+}
 
 // insert adds key, known to be absent, and returns its slot, set up by
 // init and locked, with the header to store when unlocking it. Its
@@ -482,7 +589,7 @@ func (st *Store[S]) sweepShard(sh *shard[S], now int64, all bool) {
 				sh.dropAtRest(t, j, now) // a later key may move here: look again
 				continue
 			}
-			sl.unlock(w)
+			sl.unlock(sh, w)
 		}
 		j++
 	}
@@ -540,7 +647,7 @@ func (st *Store[S]) evictOne(sh *shard[S], now int64) {
 			sh.dropAtRest(t, i, now)
 			return
 		}
-		sl.unlock(w)
+		sl.unlock(sh, w)
 	}
 	sh.sample = max(sh.sample/2, 1)
 	for passed := 0; ; {
@@ -563,7 +670,7 @@ func (st *Store[S]) evictOne(sh *shard[S], now int64) {
 			sh.evictedLRU++
 			return
 		}
-		sl.unlock(w &^ refBit)
+		sl.unlock(sh, w&^refBit)
 	}
 }
 
@@ -655,13 +762,13 @@ func (sh *shard[S]) deleteAt(t *table[S], i int) {
 		if (i <= j && (h <= i || h > j)) || (i > j && h <= i && h > j) {
 			w = sl.lockWait()
 			slots[i].s = sl.s
-			atomic.StoreUint64(&slots[i].hdr, w)
+			slots[i].unlock(sh, w)
 			i = j
 		}
 	}
 	var zero S
 	slots[i].s = zero // let go of what the state points to
-	atomic.StoreUint64(&slots[i].hdr, 0)
+	slots[i].unlock(sh, 0)
 	sh.n--
 }
 
@@ -727,6 +834,14 @@ func (sh *shard[S]) rebuild(size int, compact bool) {
 		nt.keys = ob
 	}
 	sh.tab.Store(nt)
+	if old != nil { // a caller parked on an old slot looks again on nt
+		for k := range old.slots {
+			if atomic.LoadUint64(&old.slots[k].hdr)&waitBit != 0 {
+				sh.wakeQueue()
+				break
+			}
+		}
+	}
 }
 
 // Sweep drops every key at rest at now and shrinks tables left mostly
