@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -119,6 +120,7 @@ func (r Rule) Window() time.Duration {
 // concurrent use. Most callers want Check, or the httplimit middleware; a
 // caller that looks a class up once and checks it often wants For.
 type Rules struct {
+	exempt  *exemptions // nil: none
 	classes map[string]*RuleSet
 	every   *RuleSet  // the "*" rules: for classes without rules of their own
 	built   []Limiter // limiters NewRules made, for Close
@@ -128,7 +130,109 @@ type Rules struct {
 // order: the class's own rules, then the "*" rules. Get it from Rules.For.
 // It is immutable and safe for concurrent use.
 type RuleSet struct {
-	rules []Rule // with defaults filled in
+	rules  []Rule      // with defaults filled in
+	exempt *exemptions // the set's Rules' exemptions; nil: none
+}
+
+// exemptions are the subjects a Rules never limits: client addresses in
+// one of prefixes (IPv4 unmapped, no zones), and users by id.
+type exemptions struct {
+	prefixes []netip.Prefix
+	users    map[string]bool
+}
+
+// covers reports whether who is exempt: an exempt user, or a client
+// address (or address group) inside an exempt prefix.
+func (e *exemptions) covers(who Subject) bool {
+	if who.User != "" && e.users[who.User] {
+		return true
+	}
+	return who.IP != "" && len(e.prefixes) > 0 && prefixesCover(e.prefixes, who.IP)
+}
+
+// prefixesCover reports whether ip, an address ("192.0.2.7",
+// "::ffff:10.1.2.3") or an address group ("2001:db8:1:2::/64"), lies
+// wholly inside one of ps: a group is covered only by a prefix at least
+// as wide, never by one address of it. It does not allocate.
+func prefixesCover(ps []netip.Prefix, ip string) bool {
+	var a netip.Addr
+	bits := -1
+	if strings.IndexByte(ip, '/') >= 0 {
+		p, err := netip.ParsePrefix(ip)
+		if err != nil {
+			return false
+		}
+		p = unmapPrefix(p)
+		a, bits = p.Addr(), p.Bits()
+	} else {
+		var err error
+		if a, err = netip.ParseAddr(ip); err != nil {
+			return false
+		}
+		a = a.Unmap().WithZone("")
+		bits = a.BitLen()
+	}
+	for _, p := range ps {
+		if p.Bits() <= bits && p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// unmapPrefix returns p with an IPv4-mapped IPv6 address written as IPv4
+// (::ffff:10.0.0.0/104 is 10.0.0.0/8); a mapped prefix shorter than /96
+// is left as it is.
+func unmapPrefix(p netip.Prefix) netip.Prefix {
+	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+		return netip.PrefixFrom(a.Unmap(), p.Bits()-96).Masked()
+	}
+	return p.Masked()
+}
+
+// parseExempt reads what follows "exempt" on a rules line: "user ID", or
+// "ip" and then addresses or prefixes, or addresses and prefixes alone.
+func (e *exemptions) parse(f []string) error {
+	if len(f) == 0 {
+		return errors.New(`"exempt" without an address, prefix or user, e.g. "exempt 10.0.0.0/8" or "exempt user alice"`)
+	}
+	if strings.EqualFold(f[0], "user") {
+		if len(f) != 2 {
+			return errors.New(`want "exempt user ID", one user id without spaces`)
+		}
+		if e.users == nil {
+			e.users = make(map[string]bool)
+		}
+		e.users[f[1]] = true
+		return nil
+	}
+	if strings.EqualFold(f[0], "ip") {
+		f = f[1:]
+		if len(f) == 0 {
+			return errors.New(`"exempt ip" without an address or prefix`)
+		}
+	}
+	for _, v := range f {
+		v = strings.TrimSuffix(v, ",")
+		if strings.IndexByte(v, '/') >= 0 {
+			p, err := netip.ParsePrefix(v)
+			if err != nil {
+				return fmt.Errorf("exempt prefix %q is not a CIDR prefix such as 10.0.0.0/8", v)
+			}
+			if a := p.Addr(); a.Is4In6() && p.Bits() < 96 {
+				return fmt.Errorf("exempt prefix %q is an IPv4-mapped prefix shorter than /96", v)
+			}
+			e.prefixes = append(e.prefixes, unmapPrefix(p))
+			continue
+		}
+		a, err := netip.ParseAddr(v)
+		if err != nil {
+			return fmt.Errorf("exempt address %q is not an IP address or CIDR prefix", v)
+		}
+		a = a.Unmap().WithZone("")
+		e.prefixes = append(e.prefixes, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return nil
 }
 
 // NewRules returns the given rules, each enforced by rule.Limiter or else
@@ -149,7 +253,7 @@ type RuleSet struct {
 // are an empty class, a scope that is not PerUser, PerIP or Global, and a
 // duplicate name.
 func NewRules(rules []Rule, opts ...Option) (*Rules, error) {
-	return newRules(rules, opts, func(i int) string {
+	return newRules(rules, nil, opts, func(i int) string {
 		return fmt.Sprintf("%d (%s)", i, quoteRule(rules[i].text()))
 	})
 }
@@ -195,10 +299,10 @@ func (e *ruleError) Error() string {
 func (e *ruleError) Unwrap() []error { return []error{ErrInvalidRule, e.err} }
 
 // newRules implements NewRules; where(i) names rule i in errors.
-func newRules(rules []Rule, opts []Option, where func(i int) string) (*Rules, error) {
+func newRules(rules []Rule, ex *exemptions, opts []Option, where func(i int) string) (*Rules, error) {
 	var own map[string][]Rule
 	var every []Rule
-	rs := &Rules{}
+	rs := &Rules{exempt: ex}
 	cfg, _ := newConfig(opts) // for its observer; a bad option fails a bucket's build below
 	names := make(map[string]bool, len(rules))
 	for i, r := range rules {
@@ -259,10 +363,10 @@ func newRules(rules []Rule, opts []Option, where func(i int) string) (*Rules, er
 			own[r.Class] = append(own[r.Class], r)
 		}
 	}
-	rs.every = &RuleSet{rules: every}
+	rs.every = &RuleSet{rules: every, exempt: ex}
 	rs.classes = make(map[string]*RuleSet, len(own))
 	for c, rules := range own {
-		rs.classes[c] = &RuleSet{rules: append(rules, every...)}
+		rs.classes[c] = &RuleSet{rules: append(rules, every...), exempt: ex}
 	}
 	return rs, nil
 }
@@ -283,12 +387,25 @@ const maxInt = int(^uint(0) >> 1)
 // is as ParseRate reads it, and its count may group digits with "," or "_";
 // the scope is "per user", "per ip" or "global"; "shadow" after the scope
 // tries the rule without enforcing it (Rule.Shadow); "as" names the rule
-// (the rest of the line). Blank lines and text after "#" are ignored. The rules
+// (the rest of the line). Blank lines and text after "#" are ignored.
+//
+// A line "exempt" followed by addresses or CIDR prefixes ("exempt
+// 10.0.0.0/8 192.0.2.7", or "exempt ip ...") or by "user" and one user id
+// ("exempt user healthcheck") exempts those subjects from every rule:
+// Check allows them without recording anything. An address matches a
+// prefix if it lies inside it, an IPv4-mapped IPv6 address (::ffff:10.1.2.3)
+// as the IPv4 address it maps; a Subject.IP that is an address group
+// ("2001:db8:1:2::/64", as httplimit.ClientIP keys IPv6) matches only a
+// prefix that holds the whole group. The exemption trusts Subject as the
+// caller fills it: take the address from the connection or trusted
+// proxies only, and the user from an authenticated identity only, never
+// from something the client writes. The rules
 // are then built as by NewRules with opts. Errors name the line, quote
 // it, and match ErrInvalidRule (and ErrInvalidRate for a bad rate,
 // ErrInvalidCapacity for a burst the token bucket refuses).
 func ParseRules(config string, opts ...Option) (*Rules, error) {
 	var rules []Rule
+	var ex *exemptions
 	var lines []int // lines[i]: the line of rules[i], from 0
 	text := strings.Split(config, "\n")
 	where := func(n int) string { return fmt.Sprintf("on line %d (%s)", n+1, quoteRule(text[n])) }
@@ -301,6 +418,15 @@ func ParseRules(config string, opts ...Option) (*Rules, error) {
 		if line == "" {
 			continue
 		}
+		if f := strings.Fields(line); strings.EqualFold(f[0], "exempt") && classEnd(line) < 0 {
+			if ex == nil {
+				ex = &exemptions{}
+			}
+			if err := ex.parse(f[1:]); err != nil {
+				return nil, &ruleError{where: where(n), err: err}
+			}
+			continue
+		}
 		r, err := parseRule(line)
 		if err != nil {
 			return nil, &ruleError{where: where(n), err: err}
@@ -308,17 +434,12 @@ func ParseRules(config string, opts ...Option) (*Rules, error) {
 		rules = append(rules, r)
 		lines = append(lines, n)
 	}
-	return newRules(rules, opts, func(i int) string { return where(lines[i]) })
+	return newRules(rules, ex, opts, func(i int) string { return where(lines[i]) })
 }
 
 func parseRule(line string) (Rule, error) {
 	var r Rule
-	sep := -1
-	for i := 0; i+1 < len(line) && sep < 0; i++ {
-		if line[i] == ':' && (line[i+1] == ' ' || line[i+1] == '\t') {
-			sep = i
-		}
-	}
+	sep := classEnd(line)
 	if sep < 0 {
 		return r, errors.New(`want "class: rate scope", e.g. "POST /posts: 1/s per user"`)
 	}
@@ -361,6 +482,17 @@ func parseRule(line string) (Rule, error) {
 	}
 	r.Rate = rate
 	return r, nil
+}
+
+// classEnd returns the index of the colon that ends a rule line's class:
+// the first followed by a space or tab; -1 if there is none.
+func classEnd(line string) int {
+	for i := 0; i+1 < len(line); i++ {
+		if line[i] == ':' && (line[i+1] == ' ' || line[i+1] == '\t') {
+			return i
+		}
+	}
+	return -1
 }
 
 // ungroup removes digit-group separators from the count that leads s:
@@ -422,12 +554,16 @@ func (s *RuleSet) Rules() []Rule { return append([]Rule(nil), s.rules...) }
 // the result holds the combined Decision and, at index i, the decision of
 // the i-th rule of Rules (see AllowAll and MultiDecision). An empty set
 // allows every request: its Decision is {Allowed: true}, with Limit 0
-// saying that no limit applied.
+// saying that no limit applied. So is an exempt subject answered (see
+// Rules.Exempt), before any key is asked for, and nothing is recorded.
 //
 // A per-user rule with who.User == "" or a per-IP rule with who.IP == ""
 // returns an error matching ErrNoKey, and nothing is recorded. Check does
 // not allocate for up to 8 rules of in-memory limiters.
 func (s *RuleSet) Check(ctx context.Context, who Subject, n int) (MultiDecision, error) {
+	if s.exempt != nil && s.exempt.covers(who) {
+		return MultiDecision{Decision: Decision{Allowed: true}}, nil
+	}
 	var buf [stackPairs]LimiterKey
 	limits := buf[:0]
 	if len(s.rules) > stackPairs {
@@ -449,6 +585,25 @@ func (s *RuleSet) Check(ctx context.Context, who Subject, n int) (MultiDecision,
 		limits = append(limits, LimiterKey{Limiter: r.Limiter, Key: key})
 	}
 	return AllowAll(ctx, n, limits)
+}
+
+// Exempt reports whether who is never limited by rs: an exempt user, or a
+// client address inside an exempt prefix (see ParseRules). Check answers
+// an exempt request as an empty set does, recording nothing.
+func (rs *Rules) Exempt(who Subject) bool { return rs.exempt != nil && rs.exempt.covers(who) }
+
+// Exempt reports whether who is never limited by the set (see
+// Rules.Exempt).
+func (s *RuleSet) Exempt(who Subject) bool { return s.exempt != nil && s.exempt.covers(who) }
+
+// HasExemptions reports whether rs exempts any address (ip) or any user
+// (user): a caller that reads a request's subject only for the rules'
+// scopes must also read these to honour the exemptions.
+func (rs *Rules) HasExemptions() (ip, user bool) {
+	if rs.exempt == nil {
+		return false, false
+	}
+	return len(rs.exempt.prefixes) > 0, len(rs.exempt.users) > 0
 }
 
 // Close stops the sweepers of the limiters NewRules built, if options
