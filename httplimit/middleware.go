@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -94,12 +95,18 @@ type response struct {
 	failOpen bool                       // false: fail closed
 	report   func(*http.Request, error) // with failOpen: none
 	logf     func(string)               // defaultError's log: log.Print
+	ip       KeyFunc                    // ByIP()
+	user     KeyFunc                    // none
+	exempt   exempt                     // none
 }
 
 func newResponse() response { return response{headers: IETFHeaders} }
 
 // finish fills in the defaults that depend on other options.
 func (c *response) finish() {
+	if c.ip == nil {
+		c.ip = ByIP()
+	}
 	if c.denied == nil {
 		c.denied = deniedText
 		if c.problem {
@@ -153,8 +160,6 @@ func newLimitConfig(opts []LimitOption) *limitConfig {
 // rulesConfig is what RulesMiddleware reads.
 type rulesConfig struct {
 	response
-	user  KeyFunc                    // none: per-user rules need WithUser
-	ip    KeyFunc                    // ByIP()
 	class func(*http.Request) string // nil: the rule classes are patterns
 }
 
@@ -162,9 +167,6 @@ func newRulesConfig(opts []RulesOption) *rulesConfig {
 	c := &rulesConfig{response: newResponse()}
 	for _, o := range opts {
 		o.applyRules(c)
-	}
-	if c.ip == nil {
-		c.ip = ByIP()
 	}
 	c.finish()
 	return c
@@ -233,14 +235,54 @@ func WithPolicy(name string, window time.Duration) LimitOption {
 	return limitOption(func(c *limitConfig) { c.name, c.window = name, window })
 }
 
-// WithUser sets RulesMiddleware's key function for per-user rules, such as
-// ByUser(f). A request it finds no user for gets the error handler when a
-// per-user rule applies. Rules with per-user limits require it.
-func WithUser(f KeyFunc) RulesOption { return rulesOption(func(c *rulesConfig) { c.user = f }) }
+// WithUser sets how a request's authenticated user is found, such as
+// ByUser(f): RulesMiddleware's key for per-user rules, and for both
+// middlewares the user that user exemptions (WithExemptUsers, an "exempt
+// user" rule) compare. A request it finds no user for gets the error
+// handler when a per-user rule applies, and is not exempt as a user.
+// Rules with per-user limits or user exemptions require it, as does
+// WithExemptUsers. It must return only an identity the request has proved
+// (a verified session or token), never one the client merely names.
+func WithUser(f KeyFunc) ResponseOption { return responseOption(func(c *response) { c.user = f }) }
 
-// WithClientIP sets RulesMiddleware's key function for per-IP rules
-// (default ByIP()).
-func WithClientIP(f KeyFunc) RulesOption { return rulesOption(func(c *rulesConfig) { c.ip = f }) }
+// WithClientIP sets how a request's client address is found (default
+// ByIP()): RulesMiddleware's key for per-IP rules, and for both
+// middlewares the address that address exemptions (WithExempt, an
+// "exempt" rule) compare. Behind proxies, give ClientIP with your trusted
+// proxies, the same function that keys the limit: an exemption then
+// believes a forwarded header exactly as far as the key does.
+func WithClientIP(f KeyFunc) ResponseOption { return responseOption(func(c *response) { c.ip = f }) }
+
+// WithExempt exempts client addresses in prefixes from the limits: such a
+// request goes on to the next handler without consuming anything and
+// without rate-limit headers. The address is the one WithClientIP finds
+// (default: RemoteAddr, no forwarded header believed); an IPv4-mapped
+// IPv6 address counts as the IPv4 address, and an address group, such as
+// the /64 ClientIP keys IPv6 by, only if a prefix holds it whole. A
+// request whose address cannot be found is not exempt. IPv4-mapped
+// prefixes are read as IPv4; zones are dropped.
+func WithExempt(prefixes ...netip.Prefix) ResponseOption {
+	ps := make([]netip.Prefix, len(prefixes))
+	for i, p := range prefixes {
+		ps[i] = unmapPrefix(p)
+	}
+	return responseOption(func(c *response) { c.exempt.prefixes = append(c.exempt.prefixes, ps...) })
+}
+
+// WithExemptUsers exempts the given users from the limits, as WithExempt
+// does addresses. The user is the one WithUser finds, which must then be
+// given: the middleware panics without it.
+func WithExemptUsers(ids ...string) ResponseOption {
+	ids = slices.Clone(ids)
+	return responseOption(func(c *response) {
+		if c.exempt.users == nil {
+			c.exempt.users = make(map[string]bool, len(ids))
+		}
+		for _, id := range ids {
+			c.exempt.users[id] = true
+		}
+	})
+}
 
 // WithClass sets how RulesMiddleware names a request's class, for classes
 // that are not ServeMux patterns (default: the rule classes are patterns,
@@ -332,6 +374,11 @@ func WithRetryAfter(d time.Duration) ConcurrencyOption {
 // no rate-limit header is written (the shadow's decisions go to its
 // observer).
 //
+// A request exempt by WithExempt (its client address, as WithClientIP
+// reads it) or WithExemptUsers (its user, as WithUser finds it) goes on
+// before the key is asked for: nothing consumed, no header written. It
+// panics if WithExemptUsers is given without WithUser.
+//
 // On the allowed path it allocates nothing but the headers it writes (two
 // allocations) and what lim and the key function do (ByIP: nothing for
 // IPv4). It panics if lim is nil.
@@ -340,6 +387,9 @@ func Middleware(lim ratelimit.Limiter, opts ...LimitOption) func(http.Handler) h
 		panic("httplimit: Middleware with a nil limiter")
 	}
 	c := newLimitConfig(opts)
+	if c.exempt.user() && c.user == nil {
+		panic("httplimit: WithExemptUsers without a WithUser function to find the user")
+	}
 	m := &limitMiddleware{cfg: c, lim: lim, item: field.String(c.name), names: []string{c.name}, window: c.window}
 	_, m.shadow = lim.(*ratelimit.Shadow)
 	if w, ok := lim.(interface{ Window() time.Duration }); ok && m.window == 0 {
@@ -378,6 +428,10 @@ func (m *limitMiddleware) policyFor(limit int) string {
 
 func (m *limitMiddleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	c := m.cfg
+	if c.exempt.any() && c.exempt.covers(c.subject(r, c.exempt.ip(), c.exempt.user())) {
+		next.ServeHTTP(w, r)
+		return
+	}
 	key, err := c.key(r)
 	if err != nil {
 		c.undecided(w, r, next, err, false)
@@ -450,8 +504,15 @@ func (m *limitMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 // its own remaining quota and effective window. A denial lists the rules
 // that denied in Denial.Policies, and Retry-After covers them all.
 //
+// A request exempt by the rules ("exempt" lines, see ratelimit.ParseRules)
+// or by WithExempt or WithExemptUsers goes on with nothing consumed and no
+// header written. Its address and user are read by the WithClientIP and
+// WithUser functions, as the keys are; when only an exemption needs one
+// and the function finds none, the request is simply not exempt.
+//
 // Errors are handled as by Middleware. It panics if rules is nil, or if
-// some rule counts per user and WithUser is not given.
+// some rule counts per user, or a user is exempt, and WithUser is not
+// given.
 func RulesMiddleware(rules *ratelimit.Rules, opts ...RulesOption) func(http.Handler) http.Handler {
 	if rules == nil {
 		panic("httplimit: RulesMiddleware with nil rules")
@@ -468,6 +529,12 @@ func RulesMiddleware(rules *ratelimit.Rules, opts ...RulesOption) func(http.Hand
 	if needUser && c.user == nil {
 		panic("httplimit: rules count per user but no WithUser key function was given")
 	}
+	m.rulesIP, m.rulesUser = rules.HasExemptions()
+	if (m.rulesUser || c.exempt.user()) && c.user == nil {
+		panic("httplimit: user exemptions without a WithUser function to find the user")
+	}
+	m.exemptIP = m.rulesIP || c.exempt.ip()
+	m.exemptUser = m.rulesUser || c.exempt.user()
 	if c.class == nil {
 		m.patterns = patternMux(rules.Classes())
 	}
@@ -511,6 +578,9 @@ type rulesMiddleware struct {
 	classes  map[string]*classView
 	every    *classView     // classes without rules of their own
 	patterns *http.ServeMux // the rule classes as patterns; nil with WithClass
+	// What exemptions need read of every request: rulesIP and rulesUser
+	// from the rules, exemptIP and exemptUser from them or the options.
+	rulesIP, rulesUser, exemptIP, exemptUser bool
 }
 
 // classView is one class's rules, looked up once, and what the headers say
@@ -566,17 +636,27 @@ func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 	}
 	var who ratelimit.Subject
 	var err error
-	if cv.needUser {
+	if cv.needUser || m.exemptUser {
 		if who.User, err = c.user(r); err != nil {
-			c.undecided(w, r, next, err, false)
-			return
+			if cv.needUser {
+				c.undecided(w, r, next, err, false)
+				return
+			}
+			who.User = ""
 		}
 	}
-	if cv.needIP {
+	if cv.needIP || m.exemptIP {
 		if who.IP, err = c.ip(r); err != nil {
-			c.undecided(w, r, next, err, false)
-			return
+			if cv.needIP {
+				c.undecided(w, r, next, err, false)
+				return
+			}
+			who.IP = ""
 		}
+	}
+	if (m.exemptIP || m.exemptUser) && (c.exempt.covers(who) || cv.set.Exempt(who)) {
+		next.ServeHTTP(w, r)
+		return
 	}
 	d, err := cv.set.Check(r.Context(), who, 1)
 	if err != nil {
