@@ -247,6 +247,8 @@ type ServerLimit struct {
 	// RulesLimit
 	classes map[string]*classView
 	every   *classView
+	// the rules exempt some addresses, some users: read them for every call
+	exemptIP, exemptUser bool
 }
 
 type cachedPolicy struct {
@@ -287,8 +289,13 @@ func RateLimit(lim ratelimit.Limiter, opts ...Option) *ServerLimit {
 // httplimit.RulesMiddleware's headers do; a denial's QuotaFailure lists the
 // rules that denied.
 //
-// It panics if rules is nil, or if some rule counts per user and WithUser
-// is not given: such a limit would otherwise refuse or pass every call.
+// A call exempt by the rules ("exempt" lines, see ratelimit.ParseRules)
+// goes through with nothing recorded and no metadata; its address and user
+// are read by the WithClientIP and WithUser functions, as the keys are.
+//
+// It panics if rules is nil, or if some rule counts per user, or a user is
+// exempt, and WithUser is not given: such a limit would otherwise refuse
+// or pass every call.
 func RulesLimit(rules *ratelimit.Rules, opts ...Option) *ServerLimit {
 	if rules == nil {
 		panic("grpclimit: RulesLimit with nil rules")
@@ -304,6 +311,10 @@ func RulesLimit(rules *ratelimit.Rules, opts ...Option) *ServerLimit {
 	}
 	if needUser && c.user == nil {
 		panic("grpclimit: rules count per user but no WithUser key function was given")
+	}
+	s.exemptIP, s.exemptUser = rules.HasExemptions()
+	if s.exemptUser && c.user == nil {
+		panic("grpclimit: rules exempt users but no WithUser key function was given")
 	}
 	return s
 }
@@ -458,15 +469,24 @@ func (s *ServerLimit) checkRules(ctx context.Context, method string, header func
 	}
 	var who ratelimit.Subject
 	var err error
-	if cv.needUser {
+	if cv.needUser || s.exemptUser {
 		if who.User, err = c.user(ctx, method); err != nil {
-			return c.onError(ctx, method, err)
+			if cv.needUser {
+				return c.onError(ctx, method, err)
+			}
+			who.User = "" // only an exemption asked: not exempt
 		}
 	}
-	if cv.needIP {
+	if cv.needIP || s.exemptIP {
 		if who.IP, err = c.ip(ctx, method); err != nil {
-			return c.onError(ctx, method, err)
+			if cv.needIP {
+				return c.onError(ctx, method, err)
+			}
+			who.IP = ""
 		}
+	}
+	if (s.exemptIP || s.exemptUser) && cv.set.Exempt(who) {
+		return nil // exempt: nothing recorded, no metadata
 	}
 	d, err := cv.set.Check(ctx, who, 1)
 	if err != nil {
