@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -116,14 +118,51 @@ func (r Rule) Window() time.Duration {
 // then the "*" rules. A class with no rules of its own gets only the "*"
 // rules; with none of those either, it is not limited.
 //
-// Build it with NewRules or ParseRules. It is immutable and safe for
-// concurrent use. Most callers want Check, or the httplimit middleware; a
-// caller that looks a class up once and checks it often wants For.
+// Build it with NewRules or ParseRules. It is safe for concurrent use, and
+// changes only by Reload or Replace, which swap the whole configuration
+// at once. Most callers want Check, or the httplimit middleware; a caller
+// that looks a class up once and checks it often wants For (whose RuleSet
+// keeps the configuration it came from: such a caller follows reloads by
+// comparing Snapshot).
 type Rules struct {
+	cur    atomic.Pointer[ruleTable] // nil: the zero Rules, no rules at all
+	mu     sync.Mutex                // serialises Reload and Replace
+	opts   []Option                  // what the limiters were built with
+	frozen bool                      // a Snapshot: Reload and Replace refuse
+}
+
+// ruleTable is one configuration of a Rules, immutable once built: a
+// reload builds a new table and swaps the pointer.
+type ruleTable struct {
 	exempt  *exemptions // nil: none
 	classes map[string]*RuleSet
 	every   *RuleSet  // the "*" rules: for classes without rules of their own
 	built   []Limiter // limiters NewRules made, for Close
+	kept    map[ruleIdentity]keptLimiter
+	fixed   *Rules // this table alone, for Snapshot
+}
+
+// ruleIdentity is what a reload compares: a rule whose identity did not
+// change keeps its limiter, and with it its keys' state.
+type ruleIdentity struct {
+	class, name string
+	rate        Rate
+	burst       int
+	scope       Scope
+	shadow      bool
+}
+
+// keptLimiter is a limiter NewRules built for a rule: base is the token
+// bucket, final what the rule checks (base, or a Shadow of it).
+type keptLimiter struct{ base, final Limiter }
+
+var emptyTable = ruleTable{every: &noRules}
+
+func (rs *Rules) table() *ruleTable {
+	if t := rs.cur.Load(); t != nil {
+		return t
+	}
+	return &emptyTable
 }
 
 // RuleSet is the rules one class of requests is checked against, in
@@ -253,9 +292,23 @@ func (e *exemptions) parse(f []string) error {
 // are an empty class, a scope that is not PerUser, PerIP or Global, and a
 // duplicate name.
 func NewRules(rules []Rule, opts ...Option) (*Rules, error) {
-	return newRules(rules, nil, opts, func(i int) string {
+	t, err := newRuleTable(rules, nil, opts, nil, ruleWhere(rules))
+	if err != nil {
+		return nil, err
+	}
+	return newRulesOf(t, opts), nil
+}
+
+func ruleWhere(rules []Rule) func(i int) string {
+	return func(i int) string {
 		return fmt.Sprintf("%d (%s)", i, quoteRule(rules[i].text()))
-	})
+	}
+}
+
+func newRulesOf(t *ruleTable, opts []Option) *Rules {
+	rs := &Rules{opts: opts}
+	rs.cur.Store(t)
+	return rs
 }
 
 // text writes the rule as ParseRules reads it.
@@ -298,16 +351,23 @@ func (e *ruleError) Error() string {
 
 func (e *ruleError) Unwrap() []error { return []error{ErrInvalidRule, e.err} }
 
-// newRules implements NewRules; where(i) names rule i in errors.
-func newRules(rules []Rule, ex *exemptions, opts []Option, where func(i int) string) (*Rules, error) {
+// newRuleTable implements NewRules; where(i) names rule i in errors. A
+// rule whose identity is in old's kept limiters reuses that limiter
+// (old may be nil).
+func newRuleTable(rules []Rule, ex *exemptions, opts []Option, old *ruleTable, where func(i int) string) (*ruleTable, error) {
 	var own map[string][]Rule
 	var every []Rule
-	rs := &Rules{exempt: ex}
+	rs := &ruleTable{exempt: ex, kept: make(map[ruleIdentity]keptLimiter)}
+	var reused []Limiter      // not to be closed if this build fails
 	cfg, _ := newConfig(opts) // for its observer; a bad option fails a bucket's build below
 	names := make(map[string]bool, len(rules))
 	for i, r := range rules {
-		fail := func(err error) (*Rules, error) {
-			rs.Close()
+		fail := func(err error) (*ruleTable, error) {
+			for _, l := range rs.built {
+				if !slices.Contains(reused, l) {
+					closeLimiter(l)
+				}
+			}
 			return nil, &ruleError{where: where(i), err: err}
 		}
 		if r.Class == "" {
@@ -335,7 +395,13 @@ func newRules(rules []Rule, ex *exemptions, opts []Option, where func(i int) str
 			return fail(fmt.Errorf("duplicate name %q", r.Name))
 		}
 		names[r.Name] = true
-		if r.Limiter == nil {
+		id := ruleIdentity{class: r.Class, name: r.Name, rate: r.Rate, burst: r.Burst, scope: r.Scope, shadow: r.Shadow}
+		if k, ok := old.keptFor(id); ok && r.Limiter == nil {
+			r.Limiter = k.final
+			rs.kept[id] = k
+			rs.built = append(rs.built, k.base)
+			reused = append(reused, k.base)
+		} else if r.Limiter == nil {
 			own := append(opts[:len(opts):len(opts)], WithName(r.Name))
 			if r.Shadow { // the shadow reports; its bucket must not
 				own = append(own, withoutObserver)
@@ -344,10 +410,18 @@ func newRules(rules []Rule, ex *exemptions, opts []Option, where func(i int) str
 			if err != nil {
 				return fail(err)
 			}
-			r.Limiter = tb
 			rs.built = append(rs.built, tb)
-		}
-		if r.Shadow {
+			k := keptLimiter{base: tb, final: tb}
+			if r.Shadow {
+				sh, err := NewShadow(tb, WithName(r.Name), WithObserver(cfg.observer))
+				if err != nil {
+					return fail(err)
+				}
+				k.final = sh
+			}
+			r.Limiter = k.final
+			rs.kept[id] = k
+		} else if r.Shadow {
 			sh, err := NewShadow(r.Limiter, WithName(r.Name), WithObserver(cfg.observer))
 			if err != nil {
 				return fail(err)
@@ -368,7 +442,23 @@ func newRules(rules []Rule, ex *exemptions, opts []Option, where func(i int) str
 	for c, rules := range own {
 		rs.classes[c] = &RuleSet{rules: append(rules, every...), exempt: ex}
 	}
+	rs.fixed = &Rules{frozen: true}
+	rs.fixed.cur.Store(rs)
 	return rs, nil
+}
+
+func (t *ruleTable) keptFor(id ruleIdentity) (keptLimiter, bool) {
+	if t == nil {
+		return keptLimiter{}, false
+	}
+	k, ok := t.kept[id]
+	return k, ok
+}
+
+func closeLimiter(l Limiter) {
+	if c, ok := l.(interface{ Close() error }); ok {
+		c.Close()
+	}
 }
 
 const maxInt = int(^uint(0) >> 1)
@@ -404,6 +494,14 @@ const maxInt = int(^uint(0) >> 1)
 // it, and match ErrInvalidRule (and ErrInvalidRate for a bad rate,
 // ErrInvalidCapacity for a burst the token bucket refuses).
 func ParseRules(config string, opts ...Option) (*Rules, error) {
+	t, err := parseRuleTable(config, opts, nil)
+	if err != nil {
+		return nil, err
+	}
+	return newRulesOf(t, opts), nil
+}
+
+func parseRuleTable(config string, opts []Option, old *ruleTable) (*ruleTable, error) {
 	var rules []Rule
 	var ex *exemptions
 	var lines []int // lines[i]: the line of rules[i], from 0
@@ -434,7 +532,7 @@ func ParseRules(config string, opts ...Option) (*Rules, error) {
 		rules = append(rules, r)
 		lines = append(lines, n)
 	}
-	return newRules(rules, ex, opts, func(i int) string { return where(lines[i]) })
+	return newRuleTable(rules, ex, opts, old, func(i int) string { return where(lines[i]) })
 }
 
 func parseRule(line string) (Rule, error) {
@@ -508,8 +606,9 @@ func ungroup(s string) string {
 // Classes returns the classes that have rules of their own, sorted; "*"
 // rules apply to these and to every other class.
 func (rs *Rules) Classes() []string {
-	cs := make([]string, 0, len(rs.classes))
-	for c := range rs.classes {
+	t := rs.table()
+	cs := make([]string, 0, len(t.classes))
+	for c := range t.classes {
 		cs = append(cs, c)
 	}
 	slices.Sort(cs)
@@ -520,13 +619,11 @@ func (rs *Rules) Classes() []string {
 // class's own rules, then the "*" rules; for a class without rules of its
 // own, the "*" rules alone. It does not allocate.
 func (rs *Rules) For(class string) *RuleSet {
-	if s, ok := rs.classes[class]; ok {
+	t := rs.table()
+	if s, ok := t.classes[class]; ok {
 		return s
 	}
-	if rs.every == nil { // the zero Rules: no rules at all
-		return &noRules
-	}
-	return rs.every
+	return t.every
 }
 
 // noRules is the empty set, for the zero Rules.
@@ -590,7 +687,10 @@ func (s *RuleSet) Check(ctx context.Context, who Subject, n int) (MultiDecision,
 // Exempt reports whether who is never limited by rs: an exempt user, or a
 // client address inside an exempt prefix (see ParseRules). Check answers
 // an exempt request as an empty set does, recording nothing.
-func (rs *Rules) Exempt(who Subject) bool { return rs.exempt != nil && rs.exempt.covers(who) }
+func (rs *Rules) Exempt(who Subject) bool {
+	e := rs.table().exempt
+	return e != nil && e.covers(who)
+}
 
 // Exempt reports whether who is never limited by the set (see
 // Rules.Exempt).
@@ -600,20 +700,91 @@ func (s *RuleSet) Exempt(who Subject) bool { return s.exempt != nil && s.exempt.
 // (user): a caller that reads a request's subject only for the rules'
 // scopes must also read these to honour the exemptions.
 func (rs *Rules) HasExemptions() (ip, user bool) {
-	if rs.exempt == nil {
+	e := rs.table().exempt
+	if e == nil {
 		return false, false
 	}
-	return len(rs.exempt.prefixes) > 0, len(rs.exempt.users) > 0
+	return len(e.prefixes) > 0, len(e.users) > 0
 }
 
 // Close stops the sweepers of the limiters NewRules built, if options
 // started any; limiters given in Rule.Limiter are the caller's to close.
 // The rules remain usable. It always returns nil.
 func (rs *Rules) Close() error {
-	for _, l := range rs.built {
-		if c, ok := l.(interface{ Close() error }); ok {
-			c.Close()
-		}
+	for _, l := range rs.table().built {
+		closeLimiter(l)
 	}
 	return nil
+}
+
+// Snapshot returns the configuration rs serves now, as a Rules that later
+// reloads of rs do not change (and that cannot itself be reloaded). It
+// does not allocate: a caller that derives something from the rules (as
+// the httplimit middleware does, per class) compares snapshots to see
+// that a reload happened, and reads every class from the same one, so
+// that no request mixes two configurations.
+func (rs *Rules) Snapshot() *Rules {
+	if t := rs.cur.Load(); t != nil {
+		return t.fixed
+	}
+	return rs
+}
+
+// ErrFrozenRules means Reload or Replace was called on a Snapshot.
+var ErrFrozenRules = errors.New("ratelimit: a snapshot of rules cannot be reloaded")
+
+// Reload replaces the rules with those of config, read as ParseRules reads
+// it, atomically: every Check from then on decides under the new rules,
+// and one in flight finishes under the old. A rule whose class, name,
+// rate, burst, scope and shadow flag are unchanged keeps its limiter, so
+// its keys keep their state (a key exhausted before stays exhausted);
+// every other rule starts afresh, and the limiters of rules that are gone
+// are closed. The limiters are built with the options the rules were
+// first built with.
+//
+// A configuration with any fault is refused whole, with ParseRules' error
+// naming the line, and rs keeps serving its old rules. Reloads are
+// serialised; Check never waits for one.
+func (rs *Rules) Reload(config string) error {
+	if rs.frozen {
+		return ErrFrozenRules
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	t, err := parseRuleTable(config, rs.opts, rs.cur.Load())
+	if err != nil {
+		return err
+	}
+	rs.swap(t)
+	return nil
+}
+
+// Replace is Reload for rules given as values, as NewRules takes them.
+// Exemptions stated by an earlier Reload or ParseRules are dropped.
+func (rs *Rules) Replace(rules []Rule) error {
+	if rs.frozen {
+		return ErrFrozenRules
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	t, err := newRuleTable(rules, nil, rs.opts, rs.cur.Load(), ruleWhere(rules))
+	if err != nil {
+		return err
+	}
+	rs.swap(t)
+	return nil
+}
+
+// swap installs t and closes the old table's limiters t does not keep.
+// Requires mu held.
+func (rs *Rules) swap(t *ruleTable) {
+	old := rs.cur.Swap(t)
+	if old == nil {
+		return
+	}
+	for _, l := range old.built {
+		if !slices.Contains(t.built, l) {
+			closeLimiter(l)
+		}
+	}
 }
