@@ -510,6 +510,12 @@ func (m *limitMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 // WithUser functions, as the keys are; when only an exemption needs one
 // and the function finds none, the request is simply not exempt.
 //
+// The middleware follows rules.Reload: each request is decided under one
+// whole configuration, the one current when it arrives. A reload to rules
+// it could not have been built with (a per-user rule without WithUser, a
+// class that is not a pattern) is logged once, and requests then get the
+// error handler (by default 503) until a good configuration is loaded.
+//
 // Errors are handled as by Middleware. It panics if rules is nil, or if
 // some rule counts per user, or a user is exempt, and WithUser is not
 // given.
@@ -518,26 +524,12 @@ func RulesMiddleware(rules *ratelimit.Rules, opts ...RulesOption) func(http.Hand
 		panic("httplimit: RulesMiddleware with nil rules")
 	}
 	c := newRulesConfig(opts)
-	m := &rulesMiddleware{cfg: c, classes: make(map[string]*classView)}
-	m.every = newClassView(rules.For("*"))
-	needUser := m.every.needUser
-	for _, class := range rules.Classes() {
-		cv := newClassView(rules.For(class))
-		m.classes[class] = cv
-		needUser = needUser || cv.needUser
+	m := &rulesMiddleware{cfg: c, rules: rules}
+	v := m.newView(rules.Snapshot())
+	if v.err != nil {
+		panic(v.err.Error())
 	}
-	if needUser && c.user == nil {
-		panic("httplimit: rules count per user but no WithUser key function was given")
-	}
-	m.rulesIP, m.rulesUser = rules.HasExemptions()
-	if (m.rulesUser || c.exempt.user()) && c.user == nil {
-		panic("httplimit: user exemptions without a WithUser function to find the user")
-	}
-	m.exemptIP = m.rulesIP || c.exempt.ip()
-	m.exemptUser = m.rulesUser || c.exempt.user()
-	if c.class == nil {
-		m.patterns = patternMux(rules.Classes())
-	}
+	m.view.Store(v)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 	}
@@ -574,13 +566,76 @@ func patternMux(classes []string) *http.ServeMux {
 }
 
 type rulesMiddleware struct {
-	cfg      *rulesConfig
+	cfg   *rulesConfig
+	rules *ratelimit.Rules
+	view  atomic.Pointer[rulesView] // of the rules' last snapshot seen
+}
+
+// rulesView is what the middleware derives from one snapshot of the
+// rules, built once per configuration: a request reads every class from
+// the one view, so it never mixes two configurations.
+type rulesView struct {
+	snap     *ratelimit.Rules
 	classes  map[string]*classView
 	every    *classView     // classes without rules of their own
 	patterns *http.ServeMux // the rule classes as patterns; nil with WithClass
-	// What exemptions need read of every request: rulesIP and rulesUser
-	// from the rules, exemptIP and exemptUser from them or the options.
-	rulesIP, rulesUser, exemptIP, exemptUser bool
+	// exemptIP, exemptUser: exemptions (the rules' or the options') need
+	// the address, the user read of every request.
+	exemptIP, exemptUser bool
+	// err is why a reloaded configuration cannot be served (a per-user
+	// rule without WithUser, a class that is no pattern): every request
+	// gets the error handler rather than pass unlimited.
+	err error
+}
+
+// newView derives the view of snap; a configuration it cannot serve gets
+// a view whose err says why.
+func (m *rulesMiddleware) newView(snap *ratelimit.Rules) (v *rulesView) {
+	c := m.cfg
+	v = &rulesView{snap: snap, classes: make(map[string]*classView)}
+	v.every = newClassView(snap.For("*"))
+	needUser := v.every.needUser
+	for _, class := range snap.Classes() {
+		cv := newClassView(snap.For(class))
+		v.classes[class] = cv
+		needUser = needUser || cv.needUser
+	}
+	if needUser && c.user == nil {
+		v.err = errors.New("httplimit: rules count per user but no WithUser key function was given")
+		return v
+	}
+	rulesIP, rulesUser := snap.HasExemptions()
+	if (rulesUser || c.exempt.user()) && c.user == nil {
+		v.err = errors.New("httplimit: user exemptions without a WithUser function to find the user")
+		return v
+	}
+	v.exemptIP = rulesIP || c.exempt.ip()
+	v.exemptUser = rulesUser || c.exempt.user()
+	if c.class == nil {
+		defer func() {
+			if e := recover(); e != nil {
+				v.err = fmt.Errorf("%v", e)
+			}
+		}()
+		v.patterns = patternMux(snap.Classes())
+	}
+	return v
+}
+
+// current returns the view of the rules' configuration now: one atomic
+// load and a compare, unless a reload happened, when the first request to
+// see it builds the new view.
+func (m *rulesMiddleware) current() *rulesView {
+	snap := m.rules.Snapshot()
+	if v := m.view.Load(); v.snap == snap {
+		return v
+	}
+	v := m.newView(snap)
+	if v.err != nil {
+		m.cfg.logf(v.err.Error() + " (after a reload of the rules): requests are refused")
+	}
+	m.view.Store(v)
+	return v
 }
 
 // classView is one class's rules, looked up once, and what the headers say
@@ -617,6 +672,11 @@ func newClassView(set *ratelimit.RuleSet) *classView {
 
 func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	c := m.cfg
+	rv := m.current()
+	if rv.err != nil {
+		c.undecided(w, r, next, rv.err, false)
+		return
+	}
 	var class string
 	if c.class != nil {
 		if class = c.class(r); class == "" {
@@ -624,11 +684,11 @@ func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 			return
 		}
 	} else {
-		class = m.match(r)
+		class = rv.match(r)
 	}
-	cv, ok := m.classes[class]
+	cv, ok := rv.classes[class]
 	if !ok {
-		cv = m.every
+		cv = rv.every
 	}
 	if len(cv.names) == 0 {
 		next.ServeHTTP(w, r)
@@ -636,7 +696,7 @@ func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 	}
 	var who ratelimit.Subject
 	var err error
-	if cv.needUser || m.exemptUser {
+	if cv.needUser || rv.exemptUser {
 		if who.User, err = c.user(r); err != nil {
 			if cv.needUser {
 				c.undecided(w, r, next, err, false)
@@ -645,7 +705,7 @@ func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 			who.User = ""
 		}
 	}
-	if cv.needIP || m.exemptIP {
+	if cv.needIP || rv.exemptIP {
 		if who.IP, err = c.ip(r); err != nil {
 			if cv.needIP {
 				c.undecided(w, r, next, err, false)
@@ -654,7 +714,7 @@ func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 			who.IP = ""
 		}
 	}
-	if (m.exemptIP || m.exemptUser) && (c.exempt.covers(who) || cv.set.Exempt(who)) {
+	if (rv.exemptIP || rv.exemptUser) && (c.exempt.covers(who) || cv.set.Exempt(who)) {
 		next.ServeHTTP(w, r)
 		return
 	}
@@ -686,7 +746,7 @@ func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 // match returns the rule pattern that matches r, or "" for none: first on
 // the request as it is, then, if its path was rewritten on the way (by
 // StripPrefix), as the client sent it.
-func (m *rulesMiddleware) match(r *http.Request) string {
+func (m *rulesView) match(r *http.Request) string {
 	if _, p := m.patterns.Handler(r); p != "" && m.classes[p] != nil {
 		return p
 	}
