@@ -1,6 +1,8 @@
 package grpclimit
 
 import (
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/ratelimitkit/ratelimit"
@@ -52,4 +54,71 @@ func TestRulesLimitExempt(t *testing.T) {
 		}
 	}()
 	RulesLimit(rules)
+}
+
+// RulesLimit follows a reload: an unchanged rule keeps its state, a new
+// class applies from the next call, and concurrent calls (-race) see one
+// whole configuration each.
+func TestRulesLimitReload(t *testing.T) {
+	clock := ratelimit.NewManualClock(t0)
+	const a = "/test.Echo/Say: 1/h global as say\n*: 1000000/h global as a-all"
+	const b = "/test.Echo/Say: 1/h global as say\n/test.Other/Ping: 1000000/h global as b-ping\n*: 1000000/h global as b-all"
+	rules, err := ratelimit.ParseRules(a, ratelimit.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, _ := serve(t, serverOpts(RulesLimit(rules)))
+	ctx := testCtx(t)
+	if err := say(ctx, conn, methodSay); err != nil {
+		t.Fatal(err)
+	}
+	if err := rules.Reload(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := say(ctx, conn, methodSay); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("exhausted before the reload; after: %v", err)
+	}
+	var md metadata.MD
+	if err := say(ctx, conn, methodPing, grpc.Header(&md)); err != nil {
+		t.Fatal(err)
+	}
+	if got := md.Get(MDRateLimitPolicy); len(got) != 1 || !strings.Contains(got[0], `"b-ping"`) {
+		t.Fatalf("new class not followed: %q", got)
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var md metadata.MD
+				if err := say(ctx, conn, methodPing, grpc.Header(&md)); err != nil {
+					t.Error(err)
+					return
+				}
+				p := strings.Join(md.Get(MDRateLimitPolicy), "")
+				if p != `"a-all";q=1000000;w=3600` && p != `"b-ping";q=1000000;w=3600, "b-all";q=1000000;w=3600` {
+					t.Errorf("policy %q is neither configuration", p)
+					return
+				}
+			}
+		}()
+	}
+	for i := range 100 {
+		cfg := a
+		if i%2 == 0 {
+			cfg = b
+		}
+		if err := rules.Reload(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
 }
