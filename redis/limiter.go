@@ -401,12 +401,13 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int) error {
 // FailLocal it also resets the key in the local limiter (whatever Redis
 // answers), and with a deny cache it forgets the key's cached denial.
 //
-// A Cancel of a booking this limiter made before the Reset (or while it
-// was under way) gives nothing back, as in memory. A booking made by
-// another instance is checked by Redis alone: it gives nothing back
-// unless a booking since the Reset left exactly the state it left (on the
-// server's clock, the same microsecond) — see the Cancel rules of each
-// algorithm.
+// A Cancel of a booking this limiter made before a Reset of any key (or
+// while one was under way) gives nothing back, as in memory. A booking
+// made by another instance is checked by Redis alone, which gives back
+// only the latest booking still held (see each type's Cancel rules): the
+// Reset deleted it, so nothing comes back unless a booking since left
+// exactly the state it left (the same instant, on the server's clock to
+// the microsecond).
 //
 // It returns ctx.Err() if ctx ends before Redis answers. When Redis fails
 // it returns an error matching ErrUnavailable under every policy, as the

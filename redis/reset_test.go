@@ -253,7 +253,8 @@ func TestResetRedisDown(t *testing.T) {
 // TestCancelAfterResetSameInstant: a booking made after a Reset at the
 // same instant as one made before it leaves the same state on Redis; the
 // Cancel of the earlier one must still give nothing back (this limiter
-// knows it made a Reset since), as in memory.
+// knows it made a Reset since), as in memory; so must a Cancel of a
+// booking on another key made before the Reset.
 func TestCancelAfterResetSameInstant(t *testing.T) {
 	client := newClient(t, redisAddr(t), true)
 	for _, c := range conformanceCases() {
@@ -262,6 +263,10 @@ func TestCancelAfterResetSameInstant(t *testing.T) {
 		old := [2]*ratelimit.Reservation{}
 		old[0], _ = core.Reserve(bg, "k", c.limit)
 		old[1], _ = rds.Reserve(bg, "k", c.limit)
+		// A booking on another key: the in-memory limiters give back no
+		// booking made before a Reset of any key, and neither does Redis.
+		oc, _ := core.Reserve(bg, "o", c.limit)
+		or, _ := rds.Reserve(bg, "o", c.limit)
 		core.(coreResetter).Reset("k")
 		if err := rds.(redisResetter).Reset(bg, "k"); err != nil {
 			t.Fatal(err)
@@ -278,6 +283,13 @@ func TestCancelAfterResetSameInstant(t *testing.T) {
 		if err != nil || dc != dr || dc.Remaining != 0 {
 			t.Errorf("%s: Cancel of the booking before the Reset: core %+v, redis %+v %v, want nothing given back",
 				c.name, dc, dr, err)
+		}
+		oc.Cancel()
+		or.Cancel()
+		dc, _ = core.AllowN(bg, "o", 0)
+		dr, err = rds.AllowN(bg, "o", 0)
+		if err != nil || dc != dr {
+			t.Errorf("%s: Cancel on another key after a Reset: core %+v, redis %+v %v", c.name, dc, dr, err)
 		}
 	}
 }
