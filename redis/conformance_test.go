@@ -82,7 +82,7 @@ func TestConformanceRandomTraces(t *testing.T) {
 }
 
 // runTrace drives both limiters through steps random operations: AllowN
-// (including peeks), Reserve, and Cancel of earlier reservations, at
+// (including peeks), Reserve, Cancel of earlier reservations and Reset, at
 // irregular times, on a few keys (some needing escapes).
 func runTrace(t *testing.T, c algoCase, mc *ratelimit.ManualClock, core, rds ratelimit.Limiter, seed uint64, steps int) {
 	t.Helper()
@@ -99,7 +99,7 @@ func runTrace(t *testing.T, c algoCase, mc *ratelimit.ManualClock, core, rds rat
 	// the boundaries where off-by-one errors live.
 	var lastRetry, lastReset time.Duration
 	lastKey := ""
-	var allowed, denied, booked, refused, cancelled int
+	var allowed, denied, booked, refused, cancelled, resets int
 	for i := range steps {
 		// Move the clock: mostly a fraction of the event spacing, sometimes
 		// not at all, sometimes far, sometimes to the very nanosecond (or
@@ -124,7 +124,7 @@ func runTrace(t *testing.T, c algoCase, mc *ratelimit.ManualClock, core, rds rat
 		if rng.IntN(4) == 0 {
 			n = min(1, c.limit)
 		}
-		switch op := rng.IntN(20); {
+		switch op := rng.IntN(21); {
 		case op < 13:
 			dc, errc := core.AllowN(ctx, key, n)
 			dr, errr := rds.AllowN(ctx, key, n)
@@ -167,6 +167,22 @@ func runTrace(t *testing.T, c algoCase, mc *ratelimit.ManualClock, core, rds rat
 			}
 			lastReset, lastKey = rc.Decision().ResetAfter, key
 			pending = append(pending, booking{key, rc, rr})
+		case op == 20:
+			// Bookings made before stay taken: their Cancels give nothing
+			// back on either side.
+			core.(interface{ Reset(string) }).Reset(key)
+			if err := rds.(interface {
+				Reset(context.Context, string) error
+			}).Reset(ctx, key); err != nil {
+				t.Fatalf("step %d: Reset(%q): %v", i, key, err)
+			}
+			dc, _ := core.AllowN(ctx, key, 0)
+			dr, err := rds.AllowN(ctx, key, 0)
+			if err != nil || dc != dr || dc.Remaining != c.limit {
+				t.Fatalf("step %d at +%v: peek after Reset of %q: core %+v, redis %+v %v",
+					i, mc.Now().Sub(start), key, dc, dr, err)
+			}
+			resets++
 		default:
 			if len(pending) > 0 {
 				j := rng.IntN(len(pending))
@@ -193,8 +209,8 @@ func runTrace(t *testing.T, c algoCase, mc *ratelimit.ManualClock, core, rds rat
 			}
 		}
 	}
-	t.Logf("%d steps: %d allowed, %d denied, %d booked, %d refused, %d cancelled",
-		steps, allowed, denied, booked, refused, cancelled)
+	t.Logf("%d steps: %d allowed, %d denied, %d booked, %d refused, %d cancelled, %d resets",
+		steps, allowed, denied, booked, refused, cancelled, resets)
 	// A trace that never allows or never denies tests little.
 	if allowed == 0 || denied == 0 || booked == 0 {
 		t.Errorf("trace too one-sided: %d allowed, %d denied, %d booked", allowed, denied, booked)

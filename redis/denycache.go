@@ -79,3 +79,10 @@ func (c *denyCache) add(key string, n int, now time.Time, d ratelimit.Decision) 
 	}
 	c.m[key] = e
 }
+
+// forget drops the cached denial of key, if any.
+func (c *denyCache) forget(key string) {
+	c.mu.Lock()
+	delete(c.m, key)
+	c.mu.Unlock()
+}

@@ -36,7 +36,8 @@
 // it (7.0 on; SET then PEXPIREAT before). Reservation.Cancel sends one
 // more script, which gives the booking back as the in-memory limiter
 // would (not after it is due; for the buckets, only while no later booking
-// is held). Redis 3.2 or later is needed (the scripts read TIME before
+// is held). Reset deletes a key's Redis keys in one more script.
+// Redis 3.2 or later is needed (the scripts read TIME before
 // writing); the tests run against Redis 7.
 //
 // A decision of the four O(1) algorithms is four commands in Redis (the

@@ -1,6 +1,7 @@
 package redis_test
 
 import (
+	"context"
 	"log"
 	"net/http"
 	"time"
@@ -37,4 +38,19 @@ func Example() {
 		}
 		w.Write([]byte("hello\n"))
 	})
+}
+
+// Support unlocks a user locked out of logging in: the key starts afresh,
+// full, for every replica at once.
+func ExampleTokenBucket_Reset() {
+	client := goredis.NewClient(&goredis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
+	defer client.Close()
+
+	logins, err := rlredis.NewTokenBucket(client, ratelimit.PerHour(5), 5, rlredis.WithPrefix("login:user:"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := logins.Reset(context.Background(), "alice"); err != nil {
+		log.Printf("not reset, try again: %v", err) // Redis unreachable
+	}
 }

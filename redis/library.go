@@ -38,7 +38,7 @@ func buildLibrary() (name, src string) {
 	for _, s := range libScripts {
 		b.WriteString("\ndo\n")
 		b.WriteString(s.defs)
-		b.WriteString("\nredis.register_function('@_" + s.name + "', function(keys, argv)\nbegin(keys, argv)\n")
+		b.WriteString("\nredis.register_function('@_" + s.name + "', function(keys, argv)\nbegin(keys, argv)\n" + luaReset)
 		b.WriteString(s.body)
 		b.WriteString("\nend)\nend\n")
 	}

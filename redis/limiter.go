@@ -131,6 +131,10 @@ type limiter struct {
 	// last failure, as Redis may have come back without the state (a
 	// restart, a failover to a replica that lagged).
 	recover *atomic.Int64
+	// resets counts the Resets this limiter made, twice each: odd while
+	// one is under way. A Cancel gives back only a booking made with no
+	// Reset under way or since, as the in-memory limiters do.
+	resets *atomic.Uint64
 }
 
 func newLimiter(client Client, src script, suffix []string, limit int, alg algorithm, cfg config,
@@ -139,7 +143,7 @@ func newLimiter(client Client, src script, suffix []string, limit int, alg algor
 	if err != nil {
 		return limiter{}, err
 	}
-	l := limiter{caller: c, alg: alg, limit: limit, recover: new(atomic.Int64)}
+	l := limiter{caller: c, alg: alg, limit: limit, recover: new(atomic.Int64), resets: new(atomic.Uint64)}
 	if cfg.policy == FailLocal {
 		opts := append(cfg.localOpts[:len(cfg.localOpts):len(cfg.localOpts)], ratelimit.WithClock(cfg.clock))
 		local, err := newLocal(opts...)
@@ -304,6 +308,7 @@ func (l *limiter) Reserve(ctx context.Context, key string, n int) (*ratelimit.Re
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	epoch := l.resets.Load()
 	r, local, err := l.step(ctx, key, n, -1, "r")
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
@@ -319,7 +324,7 @@ func (l *limiter) Reserve(ctx context.Context, key string, n int) (*ratelimit.Re
 		}
 		return l.local.Reserve(ctx, key, n)
 	}
-	return l.reservation(key, n, &r, local), nil
+	return l.reservation(key, n, &r, local, epoch), nil
 }
 
 // Wait is shorthand for WaitN(ctx, key, 1).
@@ -352,6 +357,7 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int) error {
 		// A deadline is an instant of real time, whatever our clock.
 		maxWait = max(int64(time.Until(dl)), 0)
 	}
+	epoch := l.resets.Load()
 	r, local, err := l.step(ctx, key, n, maxWait, "r")
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
@@ -366,7 +372,7 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int) error {
 		}
 		return l.local.WaitN(ctx, key, n)
 	}
-	res := l.reservation(key, n, &r, local)
+	res := l.reservation(key, n, &r, local, epoch)
 	if !res.OK() {
 		// The deadline caused the refusal only if the events could not
 		// conform within it (not, say, a full leaky-bucket queue that
@@ -389,11 +395,57 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int) error {
 	}
 }
 
+// Reset makes key start afresh, full, as if it had never been seen: it
+// deletes every Redis key the algorithm keeps for key, in one round trip,
+// so a key that was absent stays absent (nothing is written). Under
+// FailLocal it also resets the key in the local limiter (whatever Redis
+// answers), and with a deny cache it forgets the key's cached denial.
+//
+// A Cancel of a booking this limiter made before a Reset of any key (or
+// while one was under way) gives nothing back, as in memory. A booking
+// made by another instance is checked by Redis alone, which gives back
+// only the latest booking still held (see each type's Cancel rules): the
+// Reset deleted it, so nothing comes back unless a booking since left
+// exactly the state it left (the same instant, on the server's clock to
+// the microsecond).
+//
+// It returns ctx.Err() if ctx ends before Redis answers. When Redis fails
+// it returns an error matching ErrUnavailable under every policy, as the
+// key was not reset there (a timed-out call may still have been applied),
+// and reports the failure to the OnError hook.
+func (l *limiter) Reset(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	l.resets.Add(1)
+	defer l.resets.Add(1)
+	if l.local != nil {
+		if r, ok := l.local.(interface{ Reset(string) }); ok {
+			r.Reset(key)
+		}
+	}
+	_, err := l.eval(ctx, key, []any{"x", "", l.pad, boxedZero, boxedZero})
+	if l.deny != nil {
+		// After the round trip: a denial cached during it is stale too.
+		l.deny.forget(key)
+	}
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		l.fail(key, err)
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return nil
+}
+
 // reservation turns a step's reply into a Reservation. The time to act is
 // the booked instant: in production, the local time the reply arrived plus
 // the server's delay (never early, at most a round trip late); on a test's
-// clock, the instant the step was sent for plus the delay.
-func (l *limiter) reservation(key string, n int, r *reply, local int64) *ratelimit.Reservation {
+// clock, the instant the step was sent for plus the delay. epoch is the
+// count of resets read before the step was sent: a booking that a Reset
+// may have overlapped, or that a Reset followed, is not given back.
+func (l *limiter) reservation(key string, n int, r *reply, local int64, epoch uint64) *ratelimit.Reservation {
 	d := l.alg.decision(r, int64(n))
 	var act time.Time
 	if l.cfg.clockTime {
@@ -408,8 +460,13 @@ func (l *limiter) reservation(key string, n int, r *reply, local int64) *ratelim
 		if l.local != nil {
 			mirrored = l.mirror(key, n)
 		}
+		if epoch&1 != 0 || l.resets.Load() != epoch {
+			epoch = 1 // a Reset overlapped the step: never given back
+		}
 		cancel = func(at time.Time) {
-			l.unstep(key, n, token, at)
+			if l.resets.Load() == epoch {
+				l.unstep(key, n, token, at)
+			}
 			if mirrored != nil {
 				mirrored.Cancel()
 			}

@@ -188,8 +188,13 @@ type script struct {
 
 // evalSource returns the script as EVAL runs it.
 func (s script) evalSource() string {
-	return evalHead + luaPrelude + s.defs + "\nbegin(KEYS_, ARGV_)\n" + s.body
+	return evalHead + luaPrelude + s.defs + "\nbegin(KEYS_, ARGV_)\n" + luaReset + s.body
 }
+
+// luaReset starts every script's body: a reset ('x') deletes all the
+// Redis keys of the call (KEYS, every suffix the algorithm uses) and
+// replies how many existed, before the algorithm reads any state.
+const luaReset = "if op == 'x' then return redis.call('DEL', unpack(KEYS)) end\n"
 
 // luaWide defines exact products of integers below 2^52 as four limbs of
 // 26 bits, low first, and their comparison.
