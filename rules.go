@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -115,20 +118,160 @@ func (r Rule) Window() time.Duration {
 // then the "*" rules. A class with no rules of its own gets only the "*"
 // rules; with none of those either, it is not limited.
 //
-// Build it with NewRules or ParseRules. It is immutable and safe for
-// concurrent use. Most callers want Check, or the httplimit middleware; a
-// caller that looks a class up once and checks it often wants For.
+// Build it with NewRules or ParseRules. It is safe for concurrent use, and
+// changes only by Reload or Replace, which swap the whole configuration
+// at once. Most callers want Check, or the httplimit middleware; a caller
+// that looks a class up once and checks it often wants For (whose RuleSet
+// keeps the configuration it came from: such a caller follows reloads by
+// comparing Snapshot).
 type Rules struct {
+	cur    atomic.Pointer[ruleTable] // nil: the zero Rules, no rules at all
+	mu     sync.Mutex                // serialises Reload and Replace
+	opts   []Option                  // what the limiters were built with
+	frozen bool                      // a Snapshot: Reload and Replace refuse
+}
+
+// ruleTable is one configuration of a Rules, immutable once built: a
+// reload builds a new table and swaps the pointer.
+type ruleTable struct {
+	exempt  *exemptions // nil: none
 	classes map[string]*RuleSet
 	every   *RuleSet  // the "*" rules: for classes without rules of their own
 	built   []Limiter // limiters NewRules made, for Close
+	kept    map[ruleIdentity]keptLimiter
+	fixed   *Rules // this table alone, for Snapshot
+}
+
+// ruleIdentity is what a reload compares: a rule whose identity did not
+// change keeps its limiter, and with it its keys' state.
+type ruleIdentity struct {
+	class, name string
+	rate        Rate
+	burst       int
+	scope       Scope
+	shadow      bool
+}
+
+// keptLimiter is a limiter NewRules built for a rule: base is the token
+// bucket, final what the rule checks (base, or a Shadow of it).
+type keptLimiter struct{ base, final Limiter }
+
+var emptyTable = ruleTable{every: &noRules}
+
+func (rs *Rules) table() *ruleTable {
+	if t := rs.cur.Load(); t != nil {
+		return t
+	}
+	return &emptyTable
 }
 
 // RuleSet is the rules one class of requests is checked against, in
 // order: the class's own rules, then the "*" rules. Get it from Rules.For.
 // It is immutable and safe for concurrent use.
 type RuleSet struct {
-	rules []Rule // with defaults filled in
+	rules  []Rule      // with defaults filled in
+	exempt *exemptions // the set's Rules' exemptions; nil: none
+}
+
+// exemptions are the subjects a Rules never limits: client addresses in
+// one of prefixes (IPv4 unmapped, no zones), and users by id.
+type exemptions struct {
+	prefixes []netip.Prefix
+	users    map[string]bool
+}
+
+// covers reports whether who is exempt: an exempt user, or a client
+// address (or address group) inside an exempt prefix.
+func (e *exemptions) covers(who Subject) bool {
+	if who.User != "" && e.users[who.User] {
+		return true
+	}
+	return who.IP != "" && len(e.prefixes) > 0 && prefixesCover(e.prefixes, who.IP)
+}
+
+// prefixesCover reports whether ip, an address ("192.0.2.7",
+// "::ffff:10.1.2.3") or an address group ("2001:db8:1:2::/64"), lies
+// wholly inside one of ps: a group is covered only by a prefix at least
+// as wide, never by one address of it. It does not allocate.
+func prefixesCover(ps []netip.Prefix, ip string) bool {
+	var a netip.Addr
+	bits := -1
+	if strings.IndexByte(ip, '/') >= 0 {
+		p, err := netip.ParsePrefix(ip)
+		if err != nil {
+			return false
+		}
+		p = unmapPrefix(p)
+		a, bits = p.Addr(), p.Bits()
+	} else {
+		var err error
+		if a, err = netip.ParseAddr(ip); err != nil {
+			return false
+		}
+		a = a.Unmap().WithZone("")
+		bits = a.BitLen()
+	}
+	for _, p := range ps {
+		if p.Bits() <= bits && p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// unmapPrefix returns p with an IPv4-mapped IPv6 address written as IPv4
+// (::ffff:10.0.0.0/104 is 10.0.0.0/8); a mapped prefix shorter than /96
+// is left as it is.
+func unmapPrefix(p netip.Prefix) netip.Prefix {
+	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+		return netip.PrefixFrom(a.Unmap(), p.Bits()-96).Masked()
+	}
+	return p.Masked()
+}
+
+// parseExempt reads what follows "exempt" on a rules line: "user ID", or
+// "ip" and then addresses or prefixes, or addresses and prefixes alone.
+func (e *exemptions) parse(f []string) error {
+	if len(f) == 0 {
+		return errors.New(`"exempt" without an address, prefix or user, e.g. "exempt 10.0.0.0/8" or "exempt user alice"`)
+	}
+	if strings.EqualFold(f[0], "user") {
+		if len(f) != 2 {
+			return errors.New(`want "exempt user ID", one user id without spaces`)
+		}
+		if e.users == nil {
+			e.users = make(map[string]bool)
+		}
+		e.users[f[1]] = true
+		return nil
+	}
+	if strings.EqualFold(f[0], "ip") {
+		f = f[1:]
+		if len(f) == 0 {
+			return errors.New(`"exempt ip" without an address or prefix`)
+		}
+	}
+	for _, v := range f {
+		v = strings.TrimSuffix(v, ",")
+		if strings.IndexByte(v, '/') >= 0 {
+			p, err := netip.ParsePrefix(v)
+			if err != nil {
+				return fmt.Errorf("exempt prefix %q is not a CIDR prefix such as 10.0.0.0/8", v)
+			}
+			if a := p.Addr(); a.Is4In6() && p.Bits() < 96 {
+				return fmt.Errorf("exempt prefix %q is an IPv4-mapped prefix shorter than /96", v)
+			}
+			e.prefixes = append(e.prefixes, unmapPrefix(p))
+			continue
+		}
+		a, err := netip.ParseAddr(v)
+		if err != nil {
+			return fmt.Errorf("exempt address %q is not an IP address or CIDR prefix", v)
+		}
+		a = a.Unmap().WithZone("")
+		e.prefixes = append(e.prefixes, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return nil
 }
 
 // NewRules returns the given rules, each enforced by rule.Limiter or else
@@ -149,9 +292,23 @@ type RuleSet struct {
 // are an empty class, a scope that is not PerUser, PerIP or Global, and a
 // duplicate name.
 func NewRules(rules []Rule, opts ...Option) (*Rules, error) {
-	return newRules(rules, opts, func(i int) string {
+	t, err := newRuleTable(rules, nil, opts, nil, ruleWhere(rules))
+	if err != nil {
+		return nil, err
+	}
+	return newRulesOf(t, opts), nil
+}
+
+func ruleWhere(rules []Rule) func(i int) string {
+	return func(i int) string {
 		return fmt.Sprintf("%d (%s)", i, quoteRule(rules[i].text()))
-	})
+	}
+}
+
+func newRulesOf(t *ruleTable, opts []Option) *Rules {
+	rs := &Rules{opts: opts}
+	rs.cur.Store(t)
+	return rs
 }
 
 // text writes the rule as ParseRules reads it.
@@ -194,16 +351,23 @@ func (e *ruleError) Error() string {
 
 func (e *ruleError) Unwrap() []error { return []error{ErrInvalidRule, e.err} }
 
-// newRules implements NewRules; where(i) names rule i in errors.
-func newRules(rules []Rule, opts []Option, where func(i int) string) (*Rules, error) {
+// newRuleTable implements NewRules; where(i) names rule i in errors. A
+// rule whose identity is in old's kept limiters reuses that limiter
+// (old may be nil).
+func newRuleTable(rules []Rule, ex *exemptions, opts []Option, old *ruleTable, where func(i int) string) (*ruleTable, error) {
 	var own map[string][]Rule
 	var every []Rule
-	rs := &Rules{}
+	rs := &ruleTable{exempt: ex, kept: make(map[ruleIdentity]keptLimiter)}
+	var reused []Limiter      // not to be closed if this build fails
 	cfg, _ := newConfig(opts) // for its observer; a bad option fails a bucket's build below
 	names := make(map[string]bool, len(rules))
 	for i, r := range rules {
-		fail := func(err error) (*Rules, error) {
-			rs.Close()
+		fail := func(err error) (*ruleTable, error) {
+			for _, l := range rs.built {
+				if !slices.Contains(reused, l) {
+					closeLimiter(l)
+				}
+			}
 			return nil, &ruleError{where: where(i), err: err}
 		}
 		if r.Class == "" {
@@ -231,7 +395,13 @@ func newRules(rules []Rule, opts []Option, where func(i int) string) (*Rules, er
 			return fail(fmt.Errorf("duplicate name %q", r.Name))
 		}
 		names[r.Name] = true
-		if r.Limiter == nil {
+		id := ruleIdentity{class: r.Class, name: r.Name, rate: r.Rate, burst: r.Burst, scope: r.Scope, shadow: r.Shadow}
+		if k, ok := old.keptFor(id); ok && r.Limiter == nil {
+			r.Limiter = k.final
+			rs.kept[id] = k
+			rs.built = append(rs.built, k.base)
+			reused = append(reused, k.base)
+		} else if r.Limiter == nil {
 			own := append(opts[:len(opts):len(opts)], WithName(r.Name))
 			if r.Shadow { // the shadow reports; its bucket must not
 				own = append(own, withoutObserver)
@@ -240,10 +410,18 @@ func newRules(rules []Rule, opts []Option, where func(i int) string) (*Rules, er
 			if err != nil {
 				return fail(err)
 			}
-			r.Limiter = tb
 			rs.built = append(rs.built, tb)
-		}
-		if r.Shadow {
+			k := keptLimiter{base: tb, final: tb}
+			if r.Shadow {
+				sh, err := NewShadow(tb, WithName(r.Name), WithObserver(cfg.observer))
+				if err != nil {
+					return fail(err)
+				}
+				k.final = sh
+			}
+			r.Limiter = k.final
+			rs.kept[id] = k
+		} else if r.Shadow {
 			sh, err := NewShadow(r.Limiter, WithName(r.Name), WithObserver(cfg.observer))
 			if err != nil {
 				return fail(err)
@@ -259,12 +437,28 @@ func newRules(rules []Rule, opts []Option, where func(i int) string) (*Rules, er
 			own[r.Class] = append(own[r.Class], r)
 		}
 	}
-	rs.every = &RuleSet{rules: every}
+	rs.every = &RuleSet{rules: every, exempt: ex}
 	rs.classes = make(map[string]*RuleSet, len(own))
 	for c, rules := range own {
-		rs.classes[c] = &RuleSet{rules: append(rules, every...)}
+		rs.classes[c] = &RuleSet{rules: append(rules, every...), exempt: ex}
 	}
+	rs.fixed = &Rules{frozen: true}
+	rs.fixed.cur.Store(rs)
 	return rs, nil
+}
+
+func (t *ruleTable) keptFor(id ruleIdentity) (keptLimiter, bool) {
+	if t == nil {
+		return keptLimiter{}, false
+	}
+	k, ok := t.kept[id]
+	return k, ok
+}
+
+func closeLimiter(l Limiter) {
+	if c, ok := l.(interface{ Close() error }); ok {
+		c.Close()
+	}
 }
 
 const maxInt = int(^uint(0) >> 1)
@@ -283,12 +477,33 @@ const maxInt = int(^uint(0) >> 1)
 // is as ParseRate reads it, and its count may group digits with "," or "_";
 // the scope is "per user", "per ip" or "global"; "shadow" after the scope
 // tries the rule without enforcing it (Rule.Shadow); "as" names the rule
-// (the rest of the line). Blank lines and text after "#" are ignored. The rules
+// (the rest of the line). Blank lines and text after "#" are ignored.
+//
+// A line "exempt" followed by addresses or CIDR prefixes ("exempt
+// 10.0.0.0/8 192.0.2.7", or "exempt ip ...") or by "user" and one user id
+// ("exempt user healthcheck") exempts those subjects from every rule:
+// Check allows them without recording anything. An address matches a
+// prefix if it lies inside it, an IPv4-mapped IPv6 address (::ffff:10.1.2.3)
+// as the IPv4 address it maps; a Subject.IP that is an address group
+// ("2001:db8:1:2::/64", as httplimit.ClientIP keys IPv6) matches only a
+// prefix that holds the whole group. The exemption trusts Subject as the
+// caller fills it: take the address from the connection or trusted
+// proxies only, and the user from an authenticated identity only, never
+// from something the client writes. The rules
 // are then built as by NewRules with opts. Errors name the line, quote
 // it, and match ErrInvalidRule (and ErrInvalidRate for a bad rate,
 // ErrInvalidCapacity for a burst the token bucket refuses).
 func ParseRules(config string, opts ...Option) (*Rules, error) {
+	t, err := parseRuleTable(config, opts, nil)
+	if err != nil {
+		return nil, err
+	}
+	return newRulesOf(t, opts), nil
+}
+
+func parseRuleTable(config string, opts []Option, old *ruleTable) (*ruleTable, error) {
 	var rules []Rule
+	var ex *exemptions
 	var lines []int // lines[i]: the line of rules[i], from 0
 	text := strings.Split(config, "\n")
 	where := func(n int) string { return fmt.Sprintf("on line %d (%s)", n+1, quoteRule(text[n])) }
@@ -301,6 +516,15 @@ func ParseRules(config string, opts ...Option) (*Rules, error) {
 		if line == "" {
 			continue
 		}
+		if f := strings.Fields(line); strings.EqualFold(f[0], "exempt") && classEnd(line) < 0 {
+			if ex == nil {
+				ex = &exemptions{}
+			}
+			if err := ex.parse(f[1:]); err != nil {
+				return nil, &ruleError{where: where(n), err: err}
+			}
+			continue
+		}
 		r, err := parseRule(line)
 		if err != nil {
 			return nil, &ruleError{where: where(n), err: err}
@@ -308,17 +532,12 @@ func ParseRules(config string, opts ...Option) (*Rules, error) {
 		rules = append(rules, r)
 		lines = append(lines, n)
 	}
-	return newRules(rules, opts, func(i int) string { return where(lines[i]) })
+	return newRuleTable(rules, ex, opts, old, func(i int) string { return where(lines[i]) })
 }
 
 func parseRule(line string) (Rule, error) {
 	var r Rule
-	sep := -1
-	for i := 0; i+1 < len(line) && sep < 0; i++ {
-		if line[i] == ':' && (line[i+1] == ' ' || line[i+1] == '\t') {
-			sep = i
-		}
-	}
+	sep := classEnd(line)
 	if sep < 0 {
 		return r, errors.New(`want "class: rate scope", e.g. "POST /posts: 1/s per user"`)
 	}
@@ -363,6 +582,17 @@ func parseRule(line string) (Rule, error) {
 	return r, nil
 }
 
+// classEnd returns the index of the colon that ends a rule line's class:
+// the first followed by a space or tab; -1 if there is none.
+func classEnd(line string) int {
+	for i := 0; i+1 < len(line); i++ {
+		if line[i] == ':' && (line[i+1] == ' ' || line[i+1] == '\t') {
+			return i
+		}
+	}
+	return -1
+}
+
 // ungroup removes digit-group separators from the count that leads s:
 // "10,000/s" becomes "10000/s".
 func ungroup(s string) string {
@@ -376,8 +606,9 @@ func ungroup(s string) string {
 // Classes returns the classes that have rules of their own, sorted; "*"
 // rules apply to these and to every other class.
 func (rs *Rules) Classes() []string {
-	cs := make([]string, 0, len(rs.classes))
-	for c := range rs.classes {
+	t := rs.table()
+	cs := make([]string, 0, len(t.classes))
+	for c := range t.classes {
 		cs = append(cs, c)
 	}
 	slices.Sort(cs)
@@ -388,13 +619,11 @@ func (rs *Rules) Classes() []string {
 // class's own rules, then the "*" rules; for a class without rules of its
 // own, the "*" rules alone. It does not allocate.
 func (rs *Rules) For(class string) *RuleSet {
-	if s, ok := rs.classes[class]; ok {
+	t := rs.table()
+	if s, ok := t.classes[class]; ok {
 		return s
 	}
-	if rs.every == nil { // the zero Rules: no rules at all
-		return &noRules
-	}
-	return rs.every
+	return t.every
 }
 
 // noRules is the empty set, for the zero Rules.
@@ -422,12 +651,16 @@ func (s *RuleSet) Rules() []Rule { return append([]Rule(nil), s.rules...) }
 // the result holds the combined Decision and, at index i, the decision of
 // the i-th rule of Rules (see AllowAll and MultiDecision). An empty set
 // allows every request: its Decision is {Allowed: true}, with Limit 0
-// saying that no limit applied.
+// saying that no limit applied. So is an exempt subject answered (see
+// Rules.Exempt), before any key is asked for, and nothing is recorded.
 //
 // A per-user rule with who.User == "" or a per-IP rule with who.IP == ""
 // returns an error matching ErrNoKey, and nothing is recorded. Check does
 // not allocate for up to 8 rules of in-memory limiters.
 func (s *RuleSet) Check(ctx context.Context, who Subject, n int) (MultiDecision, error) {
+	if s.exempt != nil && s.exempt.covers(who) {
+		return MultiDecision{Decision: Decision{Allowed: true}}, nil
+	}
 	var buf [stackPairs]LimiterKey
 	limits := buf[:0]
 	if len(s.rules) > stackPairs {
@@ -451,14 +684,107 @@ func (s *RuleSet) Check(ctx context.Context, who Subject, n int) (MultiDecision,
 	return AllowAll(ctx, n, limits)
 }
 
+// Exempt reports whether who is never limited by rs: an exempt user, or a
+// client address inside an exempt prefix (see ParseRules). Check answers
+// an exempt request as an empty set does, recording nothing.
+func (rs *Rules) Exempt(who Subject) bool {
+	e := rs.table().exempt
+	return e != nil && e.covers(who)
+}
+
+// Exempt reports whether who is never limited by the set (see
+// Rules.Exempt).
+func (s *RuleSet) Exempt(who Subject) bool { return s.exempt != nil && s.exempt.covers(who) }
+
+// HasExemptions reports whether rs exempts any address (ip) or any user
+// (user): a caller that reads a request's subject only for the rules'
+// scopes must also read these to honour the exemptions.
+func (rs *Rules) HasExemptions() (ip, user bool) {
+	e := rs.table().exempt
+	if e == nil {
+		return false, false
+	}
+	return len(e.prefixes) > 0, len(e.users) > 0
+}
+
 // Close stops the sweepers of the limiters NewRules built, if options
 // started any; limiters given in Rule.Limiter are the caller's to close.
 // The rules remain usable. It always returns nil.
 func (rs *Rules) Close() error {
-	for _, l := range rs.built {
-		if c, ok := l.(interface{ Close() error }); ok {
-			c.Close()
-		}
+	for _, l := range rs.table().built {
+		closeLimiter(l)
 	}
 	return nil
+}
+
+// Snapshot returns the configuration rs serves now, as a Rules that later
+// reloads of rs do not change (and that cannot itself be reloaded). It
+// does not allocate: a caller that derives something from the rules (as
+// the httplimit middleware does, per class) compares snapshots to see
+// that a reload happened, and reads every class from the same one, so
+// that no request mixes two configurations.
+func (rs *Rules) Snapshot() *Rules {
+	if t := rs.cur.Load(); t != nil {
+		return t.fixed
+	}
+	return rs
+}
+
+// ErrFrozenRules means Reload or Replace was called on a Snapshot.
+var ErrFrozenRules = errors.New("ratelimit: a snapshot of rules cannot be reloaded")
+
+// Reload replaces the rules with those of config, read as ParseRules reads
+// it, atomically: every Check from then on decides under the new rules,
+// and one in flight finishes under the old. A rule whose class, name,
+// rate, burst, scope and shadow flag are unchanged keeps its limiter, so
+// its keys keep their state (a key exhausted before stays exhausted);
+// every other rule starts afresh, and the limiters of rules that are gone
+// are closed. The limiters are built with the options the rules were
+// first built with.
+//
+// A configuration with any fault is refused whole, with ParseRules' error
+// naming the line, and rs keeps serving its old rules. Reloads are
+// serialised; Check never waits for one.
+func (rs *Rules) Reload(config string) error {
+	if rs.frozen {
+		return ErrFrozenRules
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	t, err := parseRuleTable(config, rs.opts, rs.cur.Load())
+	if err != nil {
+		return err
+	}
+	rs.swap(t)
+	return nil
+}
+
+// Replace is Reload for rules given as values, as NewRules takes them.
+// Exemptions stated by an earlier Reload or ParseRules are dropped.
+func (rs *Rules) Replace(rules []Rule) error {
+	if rs.frozen {
+		return ErrFrozenRules
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	t, err := newRuleTable(rules, nil, rs.opts, rs.cur.Load(), ruleWhere(rules))
+	if err != nil {
+		return err
+	}
+	rs.swap(t)
+	return nil
+}
+
+// swap installs t and closes the old table's limiters t does not keep.
+// Requires mu held.
+func (rs *Rules) swap(t *ruleTable) {
+	old := rs.cur.Swap(t)
+	if old == nil {
+		return
+	}
+	for _, l := range old.built {
+		if !slices.Contains(t.built, l) {
+			closeLimiter(l)
+		}
+	}
 }

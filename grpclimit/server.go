@@ -245,8 +245,53 @@ type ServerLimit struct {
 	item   string
 	policy atomic.Pointer[cachedPolicy]
 	// RulesLimit
+	view atomic.Pointer[rulesView] // of the rules' last snapshot seen
+}
+
+// rulesView is what RulesLimit derives from one snapshot of its rules,
+// built once per configuration: a call reads its class from the one view,
+// so it never mixes two configurations.
+type rulesView struct {
+	snap    *ratelimit.Rules
 	classes map[string]*classView
 	every   *classView
+	// the rules exempt some addresses, some users: read them for every call
+	exemptIP, exemptUser bool
+	// err: why a reloaded configuration cannot be served (a per-user rule
+	// or user exemption without WithUser); every call gets it.
+	err error
+}
+
+func newRulesView(snap *ratelimit.Rules, c *config) *rulesView {
+	v := &rulesView{snap: snap, classes: make(map[string]*classView)}
+	v.every = newClassView(snap.For("*"))
+	needUser := v.every.needUser
+	for _, class := range snap.Classes() {
+		cv := newClassView(snap.For(class))
+		v.classes[class] = cv
+		needUser = needUser || cv.needUser
+	}
+	if needUser && c.user == nil {
+		v.err = errors.New("grpclimit: rules count per user but no WithUser key function was given")
+		return v
+	}
+	v.exemptIP, v.exemptUser = snap.HasExemptions()
+	if v.exemptUser && c.user == nil {
+		v.err = errors.New("grpclimit: rules exempt users but no WithUser key function was given")
+	}
+	return v
+}
+
+// currentView returns the view of the rules' configuration now: one
+// atomic load and a compare, unless a reload happened.
+func (s *ServerLimit) currentView() *rulesView {
+	snap := s.rules.Snapshot()
+	if v := s.view.Load(); v.snap == snap {
+		return v
+	}
+	v := newRulesView(snap, s.cfg)
+	s.view.Store(v)
+	return v
 }
 
 type cachedPolicy struct {
@@ -287,24 +332,29 @@ func RateLimit(lim ratelimit.Limiter, opts ...Option) *ServerLimit {
 // httplimit.RulesMiddleware's headers do; a denial's QuotaFailure lists the
 // rules that denied.
 //
-// It panics if rules is nil, or if some rule counts per user and WithUser
-// is not given: such a limit would otherwise refuse or pass every call.
+// A call exempt by the rules ("exempt" lines, see ratelimit.ParseRules)
+// goes through with nothing recorded and no metadata; its address and user
+// are read by the WithClientIP and WithUser functions, as the keys are.
+//
+// It follows rules.Reload: each call is decided under the configuration
+// current when it arrives, whole. A reload to rules that need WithUser
+// when it was not given makes every call fail with codes.Internal until a
+// good configuration is loaded.
+//
+// It panics if rules is nil, or if some rule counts per user, or a user is
+// exempt, and WithUser is not given: such a limit would otherwise refuse
+// or pass every call.
 func RulesLimit(rules *ratelimit.Rules, opts ...Option) *ServerLimit {
 	if rules == nil {
 		panic("grpclimit: RulesLimit with nil rules")
 	}
 	c := newConfig(forRules, "RulesLimit", opts)
-	s := &ServerLimit{cfg: c, rules: rules, classes: make(map[string]*classView)}
-	s.every = newClassView(rules.For("*"))
-	needUser := s.every.needUser
-	for _, class := range rules.Classes() {
-		cv := newClassView(rules.For(class))
-		s.classes[class] = cv
-		needUser = needUser || cv.needUser
+	s := &ServerLimit{cfg: c, rules: rules}
+	v := newRulesView(rules.Snapshot(), c)
+	if v.err != nil {
+		panic(v.err.Error())
 	}
-	if needUser && c.user == nil {
-		panic("grpclimit: rules count per user but no WithUser key function was given")
-	}
+	s.view.Store(v)
 	return s
 }
 
@@ -449,24 +499,37 @@ func (s *ServerLimit) policyFor(limit int) string {
 
 func (s *ServerLimit) checkRules(ctx context.Context, method string, header func(metadata.MD)) error {
 	c := s.cfg
-	cv, ok := s.classes[method]
+	rv := s.currentView()
+	if rv.err != nil {
+		return status.Error(codes.Internal, rv.err.Error())
+	}
+	cv, ok := rv.classes[method]
 	if !ok {
-		cv = s.every
+		cv = rv.every
 	}
 	if len(cv.rules) == 0 {
 		return nil
 	}
 	var who ratelimit.Subject
 	var err error
-	if cv.needUser {
+	if cv.needUser || rv.exemptUser {
 		if who.User, err = c.user(ctx, method); err != nil {
-			return c.onError(ctx, method, err)
+			if cv.needUser {
+				return c.onError(ctx, method, err)
+			}
+			who.User = "" // only an exemption asked: not exempt
 		}
 	}
-	if cv.needIP {
+	if cv.needIP || rv.exemptIP {
 		if who.IP, err = c.ip(ctx, method); err != nil {
-			return c.onError(ctx, method, err)
+			if cv.needIP {
+				return c.onError(ctx, method, err)
+			}
+			who.IP = ""
 		}
+	}
+	if (rv.exemptIP || rv.exemptUser) && cv.set.Exempt(who) {
+		return nil // exempt: nothing recorded, no metadata
 	}
 	d, err := cv.set.Check(ctx, who, 1)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -94,12 +95,18 @@ type response struct {
 	failOpen bool                       // false: fail closed
 	report   func(*http.Request, error) // with failOpen: none
 	logf     func(string)               // defaultError's log: log.Print
+	ip       KeyFunc                    // ByIP()
+	user     KeyFunc                    // none
+	exempt   exempt                     // none
 }
 
 func newResponse() response { return response{headers: IETFHeaders} }
 
 // finish fills in the defaults that depend on other options.
 func (c *response) finish() {
+	if c.ip == nil {
+		c.ip = ByIP()
+	}
 	if c.denied == nil {
 		c.denied = deniedText
 		if c.problem {
@@ -153,8 +160,6 @@ func newLimitConfig(opts []LimitOption) *limitConfig {
 // rulesConfig is what RulesMiddleware reads.
 type rulesConfig struct {
 	response
-	user  KeyFunc                    // none: per-user rules need WithUser
-	ip    KeyFunc                    // ByIP()
 	class func(*http.Request) string // nil: the rule classes are patterns
 }
 
@@ -162,9 +167,6 @@ func newRulesConfig(opts []RulesOption) *rulesConfig {
 	c := &rulesConfig{response: newResponse()}
 	for _, o := range opts {
 		o.applyRules(c)
-	}
-	if c.ip == nil {
-		c.ip = ByIP()
 	}
 	c.finish()
 	return c
@@ -233,14 +235,54 @@ func WithPolicy(name string, window time.Duration) LimitOption {
 	return limitOption(func(c *limitConfig) { c.name, c.window = name, window })
 }
 
-// WithUser sets RulesMiddleware's key function for per-user rules, such as
-// ByUser(f). A request it finds no user for gets the error handler when a
-// per-user rule applies. Rules with per-user limits require it.
-func WithUser(f KeyFunc) RulesOption { return rulesOption(func(c *rulesConfig) { c.user = f }) }
+// WithUser sets how a request's authenticated user is found, such as
+// ByUser(f): RulesMiddleware's key for per-user rules, and for both
+// middlewares the user that user exemptions (WithExemptUsers, an "exempt
+// user" rule) compare. A request it finds no user for gets the error
+// handler when a per-user rule applies, and is not exempt as a user.
+// Rules with per-user limits or user exemptions require it, as does
+// WithExemptUsers. It must return only an identity the request has proved
+// (a verified session or token), never one the client merely names.
+func WithUser(f KeyFunc) ResponseOption { return responseOption(func(c *response) { c.user = f }) }
 
-// WithClientIP sets RulesMiddleware's key function for per-IP rules
-// (default ByIP()).
-func WithClientIP(f KeyFunc) RulesOption { return rulesOption(func(c *rulesConfig) { c.ip = f }) }
+// WithClientIP sets how a request's client address is found (default
+// ByIP()): RulesMiddleware's key for per-IP rules, and for both
+// middlewares the address that address exemptions (WithExempt, an
+// "exempt" rule) compare. Behind proxies, give ClientIP with your trusted
+// proxies, the same function that keys the limit: an exemption then
+// believes a forwarded header exactly as far as the key does.
+func WithClientIP(f KeyFunc) ResponseOption { return responseOption(func(c *response) { c.ip = f }) }
+
+// WithExempt exempts client addresses in prefixes from the limits: such a
+// request goes on to the next handler without consuming anything and
+// without rate-limit headers. The address is the one WithClientIP finds
+// (default: RemoteAddr, no forwarded header believed); an IPv4-mapped
+// IPv6 address counts as the IPv4 address, and an address group, such as
+// the /64 ClientIP keys IPv6 by, only if a prefix holds it whole. A
+// request whose address cannot be found is not exempt. IPv4-mapped
+// prefixes are read as IPv4; zones are dropped.
+func WithExempt(prefixes ...netip.Prefix) ResponseOption {
+	ps := make([]netip.Prefix, len(prefixes))
+	for i, p := range prefixes {
+		ps[i] = unmapPrefix(p)
+	}
+	return responseOption(func(c *response) { c.exempt.prefixes = append(c.exempt.prefixes, ps...) })
+}
+
+// WithExemptUsers exempts the given users from the limits, as WithExempt
+// does addresses. The user is the one WithUser finds, which must then be
+// given: the middleware panics without it.
+func WithExemptUsers(ids ...string) ResponseOption {
+	ids = slices.Clone(ids)
+	return responseOption(func(c *response) {
+		if c.exempt.users == nil {
+			c.exempt.users = make(map[string]bool, len(ids))
+		}
+		for _, id := range ids {
+			c.exempt.users[id] = true
+		}
+	})
+}
 
 // WithClass sets how RulesMiddleware names a request's class, for classes
 // that are not ServeMux patterns (default: the rule classes are patterns,
@@ -332,6 +374,11 @@ func WithRetryAfter(d time.Duration) ConcurrencyOption {
 // no rate-limit header is written (the shadow's decisions go to its
 // observer).
 //
+// A request exempt by WithExempt (its client address, as WithClientIP
+// reads it) or WithExemptUsers (its user, as WithUser finds it) goes on
+// before the key is asked for: nothing consumed, no header written. It
+// panics if WithExemptUsers is given without WithUser.
+//
 // On the allowed path it allocates nothing but the headers it writes (two
 // allocations) and what lim and the key function do (ByIP: nothing for
 // IPv4). It panics if lim is nil.
@@ -340,6 +387,9 @@ func Middleware(lim ratelimit.Limiter, opts ...LimitOption) func(http.Handler) h
 		panic("httplimit: Middleware with a nil limiter")
 	}
 	c := newLimitConfig(opts)
+	if c.exempt.user() && c.user == nil {
+		panic("httplimit: WithExemptUsers without a WithUser function to find the user")
+	}
 	m := &limitMiddleware{cfg: c, lim: lim, item: field.String(c.name), names: []string{c.name}, window: c.window}
 	_, m.shadow = lim.(*ratelimit.Shadow)
 	if w, ok := lim.(interface{ Window() time.Duration }); ok && m.window == 0 {
@@ -378,6 +428,10 @@ func (m *limitMiddleware) policyFor(limit int) string {
 
 func (m *limitMiddleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	c := m.cfg
+	if c.exempt.any() && c.exempt.covers(c.subject(r, c.exempt.ip(), c.exempt.user())) {
+		next.ServeHTTP(w, r)
+		return
+	}
 	key, err := c.key(r)
 	if err != nil {
 		c.undecided(w, r, next, err, false)
@@ -450,27 +504,32 @@ func (m *limitMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 // its own remaining quota and effective window. A denial lists the rules
 // that denied in Denial.Policies, and Retry-After covers them all.
 //
+// A request exempt by the rules ("exempt" lines, see ratelimit.ParseRules)
+// or by WithExempt or WithExemptUsers goes on with nothing consumed and no
+// header written. Its address and user are read by the WithClientIP and
+// WithUser functions, as the keys are; when only an exemption needs one
+// and the function finds none, the request is simply not exempt.
+//
+// The middleware follows rules.Reload: each request is decided under one
+// whole configuration, the one current when it arrives. A reload to rules
+// it could not have been built with (a per-user rule without WithUser, a
+// class that is not a pattern) is logged once, and requests then get the
+// error handler (by default 503) until a good configuration is loaded.
+//
 // Errors are handled as by Middleware. It panics if rules is nil, or if
-// some rule counts per user and WithUser is not given.
+// some rule counts per user, or a user is exempt, and WithUser is not
+// given.
 func RulesMiddleware(rules *ratelimit.Rules, opts ...RulesOption) func(http.Handler) http.Handler {
 	if rules == nil {
 		panic("httplimit: RulesMiddleware with nil rules")
 	}
 	c := newRulesConfig(opts)
-	m := &rulesMiddleware{cfg: c, classes: make(map[string]*classView)}
-	m.every = newClassView(rules.For("*"))
-	needUser := m.every.needUser
-	for _, class := range rules.Classes() {
-		cv := newClassView(rules.For(class))
-		m.classes[class] = cv
-		needUser = needUser || cv.needUser
+	m := &rulesMiddleware{cfg: c, rules: rules}
+	v := m.newView(rules.Snapshot())
+	if v.err != nil {
+		panic(v.err.Error())
 	}
-	if needUser && c.user == nil {
-		panic("httplimit: rules count per user but no WithUser key function was given")
-	}
-	if c.class == nil {
-		m.patterns = patternMux(rules.Classes())
-	}
+	m.view.Store(v)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 	}
@@ -507,10 +566,76 @@ func patternMux(classes []string) *http.ServeMux {
 }
 
 type rulesMiddleware struct {
-	cfg      *rulesConfig
+	cfg   *rulesConfig
+	rules *ratelimit.Rules
+	view  atomic.Pointer[rulesView] // of the rules' last snapshot seen
+}
+
+// rulesView is what the middleware derives from one snapshot of the
+// rules, built once per configuration: a request reads every class from
+// the one view, so it never mixes two configurations.
+type rulesView struct {
+	snap     *ratelimit.Rules
 	classes  map[string]*classView
 	every    *classView     // classes without rules of their own
 	patterns *http.ServeMux // the rule classes as patterns; nil with WithClass
+	// exemptIP, exemptUser: exemptions (the rules' or the options') need
+	// the address, the user read of every request.
+	exemptIP, exemptUser bool
+	// err is why a reloaded configuration cannot be served (a per-user
+	// rule without WithUser, a class that is no pattern): every request
+	// gets the error handler rather than pass unlimited.
+	err error
+}
+
+// newView derives the view of snap; a configuration it cannot serve gets
+// a view whose err says why.
+func (m *rulesMiddleware) newView(snap *ratelimit.Rules) (v *rulesView) {
+	c := m.cfg
+	v = &rulesView{snap: snap, classes: make(map[string]*classView)}
+	v.every = newClassView(snap.For("*"))
+	needUser := v.every.needUser
+	for _, class := range snap.Classes() {
+		cv := newClassView(snap.For(class))
+		v.classes[class] = cv
+		needUser = needUser || cv.needUser
+	}
+	if needUser && c.user == nil {
+		v.err = errors.New("httplimit: rules count per user but no WithUser key function was given")
+		return v
+	}
+	rulesIP, rulesUser := snap.HasExemptions()
+	if (rulesUser || c.exempt.user()) && c.user == nil {
+		v.err = errors.New("httplimit: user exemptions without a WithUser function to find the user")
+		return v
+	}
+	v.exemptIP = rulesIP || c.exempt.ip()
+	v.exemptUser = rulesUser || c.exempt.user()
+	if c.class == nil {
+		defer func() {
+			if e := recover(); e != nil {
+				v.err = fmt.Errorf("%v", e)
+			}
+		}()
+		v.patterns = patternMux(snap.Classes())
+	}
+	return v
+}
+
+// current returns the view of the rules' configuration now: one atomic
+// load and a compare, unless a reload happened, when the first request to
+// see it builds the new view.
+func (m *rulesMiddleware) current() *rulesView {
+	snap := m.rules.Snapshot()
+	if v := m.view.Load(); v.snap == snap {
+		return v
+	}
+	v := m.newView(snap)
+	if v.err != nil {
+		m.cfg.logf(v.err.Error() + " (after a reload of the rules): requests are refused")
+	}
+	m.view.Store(v)
+	return v
 }
 
 // classView is one class's rules, looked up once, and what the headers say
@@ -547,6 +672,11 @@ func newClassView(set *ratelimit.RuleSet) *classView {
 
 func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	c := m.cfg
+	rv := m.current()
+	if rv.err != nil {
+		c.undecided(w, r, next, rv.err, false)
+		return
+	}
 	var class string
 	if c.class != nil {
 		if class = c.class(r); class == "" {
@@ -554,11 +684,11 @@ func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 			return
 		}
 	} else {
-		class = m.match(r)
+		class = rv.match(r)
 	}
-	cv, ok := m.classes[class]
+	cv, ok := rv.classes[class]
 	if !ok {
-		cv = m.every
+		cv = rv.every
 	}
 	if len(cv.names) == 0 {
 		next.ServeHTTP(w, r)
@@ -566,17 +696,27 @@ func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 	}
 	var who ratelimit.Subject
 	var err error
-	if cv.needUser {
+	if cv.needUser || rv.exemptUser {
 		if who.User, err = c.user(r); err != nil {
-			c.undecided(w, r, next, err, false)
-			return
+			if cv.needUser {
+				c.undecided(w, r, next, err, false)
+				return
+			}
+			who.User = ""
 		}
 	}
-	if cv.needIP {
+	if cv.needIP || rv.exemptIP {
 		if who.IP, err = c.ip(r); err != nil {
-			c.undecided(w, r, next, err, false)
-			return
+			if cv.needIP {
+				c.undecided(w, r, next, err, false)
+				return
+			}
+			who.IP = ""
 		}
+	}
+	if (rv.exemptIP || rv.exemptUser) && (c.exempt.covers(who) || cv.set.Exempt(who)) {
+		next.ServeHTTP(w, r)
+		return
 	}
 	d, err := cv.set.Check(r.Context(), who, 1)
 	if err != nil {
@@ -606,7 +746,7 @@ func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 // match returns the rule pattern that matches r, or "" for none: first on
 // the request as it is, then, if its path was rewritten on the way (by
 // StripPrefix), as the client sent it.
-func (m *rulesMiddleware) match(r *http.Request) string {
+func (m *rulesView) match(r *http.Request) string {
 	if _, p := m.patterns.Handler(r); p != "" && m.classes[p] != nil {
 		return p
 	}

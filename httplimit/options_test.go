@@ -22,8 +22,10 @@ func TestOptionsReachTheirMiddleware(t *testing.T) {
 	}{
 		{"WithKey", WithKey(f), true, false, false},
 		{"WithPolicy", WithPolicy("p", 0), true, false, false},
-		{"WithUser", WithUser(f), false, true, false},
-		{"WithClientIP", WithClientIP(f), false, true, false},
+		{"WithUser", WithUser(f), true, true, false}, // Middleware: for exemptions
+		{"WithClientIP", WithClientIP(f), true, true, false},
+		{"WithExempt", WithExempt(), true, true, false},
+		{"WithExemptUsers", WithExemptUsers(), true, true, false},
 		{"WithClass", WithClass(func(*http.Request) string { return "" }), false, true, false},
 		{"WithHeaders", WithHeaders(0), true, true, false},
 		{"WithDeniedHandler", WithDeniedHandler(nil), true, true, false},
