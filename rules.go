@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratelimitkit/ratelimit/internal/netmatch"
 )
 
 // ErrInvalidRule means a rule, or a line of a rules configuration, is
@@ -186,47 +188,7 @@ func (e *exemptions) covers(who Subject) bool {
 	if who.User != "" && e.users[who.User] {
 		return true
 	}
-	return who.IP != "" && len(e.prefixes) > 0 && prefixesCover(e.prefixes, who.IP)
-}
-
-// prefixesCover reports whether ip, an address ("192.0.2.7",
-// "::ffff:10.1.2.3") or an address group ("2001:db8:1:2::/64"), lies
-// wholly inside one of ps: a group is covered only by a prefix at least
-// as wide, never by one address of it. It does not allocate.
-func prefixesCover(ps []netip.Prefix, ip string) bool {
-	var a netip.Addr
-	bits := -1
-	if strings.IndexByte(ip, '/') >= 0 {
-		p, err := netip.ParsePrefix(ip)
-		if err != nil {
-			return false
-		}
-		p = unmapPrefix(p)
-		a, bits = p.Addr(), p.Bits()
-	} else {
-		var err error
-		if a, err = netip.ParseAddr(ip); err != nil {
-			return false
-		}
-		a = a.Unmap().WithZone("")
-		bits = a.BitLen()
-	}
-	for _, p := range ps {
-		if p.Bits() <= bits && p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
-
-// unmapPrefix returns p with an IPv4-mapped IPv6 address written as IPv4
-// (::ffff:10.0.0.0/104 is 10.0.0.0/8); a mapped prefix shorter than /96
-// is left as it is.
-func unmapPrefix(p netip.Prefix) netip.Prefix {
-	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
-		return netip.PrefixFrom(a.Unmap(), p.Bits()-96).Masked()
-	}
-	return p.Masked()
+	return who.IP != "" && len(e.prefixes) > 0 && netmatch.Covers(e.prefixes, who.IP)
 }
 
 // parseExempt reads what follows "exempt" on a rules line: "user ID", or
@@ -261,7 +223,7 @@ func (e *exemptions) parse(f []string) error {
 			if a := p.Addr(); a.Is4In6() && p.Bits() < 96 {
 				return fmt.Errorf("exempt prefix %q is an IPv4-mapped prefix shorter than /96", v)
 			}
-			e.prefixes = append(e.prefixes, unmapPrefix(p))
+			e.prefixes = append(e.prefixes, netmatch.Unmap(p))
 			continue
 		}
 		a, err := netip.ParseAddr(v)

@@ -30,6 +30,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratelimitkit/ratelimit/internal/netmatch"
+
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/field"
 )
@@ -264,7 +266,7 @@ func WithClientIP(f KeyFunc) ResponseOption { return responseOption(func(c *resp
 func WithExempt(prefixes ...netip.Prefix) ResponseOption {
 	ps := make([]netip.Prefix, len(prefixes))
 	for i, p := range prefixes {
-		ps[i] = unmapPrefix(p)
+		ps[i] = netmatch.Unmap(p)
 	}
 	return responseOption(func(c *response) { c.exempt.prefixes = append(c.exempt.prefixes, ps...) })
 }
