@@ -118,7 +118,7 @@ func checkTokenCost(evs []costEvent, rate Rate, capacity int) error {
 				continue
 			}
 			d := evs[j].t - evs[i].t
-			allowed := int64(capacity) + ((d+1)*rate.N-1)/int64(rate.Period)
+			allowed := int64(capacity) + (satMul(d+1, rate.N)-1)/int64(rate.Period)
 			if int64(rest[i]) <= allowed {
 				break // no later j can break it
 			}
@@ -155,7 +155,7 @@ func checkLeakyCost(evs []costEvent, rate Rate) error {
 				}
 				largest = max(largest, own)
 			}
-			if (evs[j].t-evs[i].t+1)*rate.N <= int64(adj-largest)*int64(rate.Period) {
+			if satMul(evs[j].t-evs[i].t+1, rate.N) <= int64(adj-largest)*int64(rate.Period) {
 				return fmt.Errorf("%d events act in [%d, %d] (%v), %d excused: their slots of %v do not fit",
 					g.cost, evs[i].t, evs[j].t, time.Duration(evs[j].t-evs[i].t), g.cost-adj, rate.Period/time.Duration(rate.N))
 			}
@@ -260,7 +260,7 @@ func checkCostBound(check func([]costEvent) error, evs []costEvent) error {
 	}
 	by := map[kg][]costEvent{}
 	for _, e := range evs {
-		if e.n > 0 {
+		if e.n > 0 && e.gen >= 0 {
 			by[kg{e.key, e.gen}] = append(by[kg{e.key, e.gen}], e)
 		}
 	}
@@ -349,11 +349,11 @@ func TestSettleKeepsBound(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var st settleStats
 			for seed := range uint64(seeds) {
-				if err := playSettles(t, c, seed, steps, &st); err != nil {
+				if err := playSettles(t, c, rand.New(rand.NewPCG(seed, 0x5e771e)), steps, &st); err != nil {
 					t.Fatalf("seed %d: %v", seed, err)
 				}
 			}
-			if st.surplus == 0 || st.excess == 0 || st.exact == 0 || st.resets == 0 || st.late == 0 {
+			if st.surplus == 0 || st.excess == 0 || st.exact == 0 || st.far == 0 || st.resets == 0 || st.late == 0 || st.checked < seeds*steps/16 {
 				t.Fatalf("too tame: %+v", st)
 			}
 		})
@@ -362,12 +362,12 @@ func TestSettleKeepsBound(t *testing.T) {
 
 // settleStats counts what the traces did, to check they are not tame.
 type settleStats struct {
-	surplus, excess, exact, resets, late int
+	surplus, excess, exact, far, resets, late int
+	checked                                   int // events the bound was checked on
 }
 
 // playSettles plays one random interleaving and checks the bound.
-func playSettles(t *testing.T, c boundCase, seed uint64, steps int, st *settleStats) error {
-	rng := rand.New(rand.NewPCG(seed, 0x5e771e))
+func playSettles(t *testing.T, c boundCase, rng chooser, steps int, st *settleStats) error {
 	clk := NewManualClock(suiteT0)
 	lim, err := c.build(clk)
 	if err != nil {
@@ -386,6 +386,13 @@ func playSettles(t *testing.T, c boundCase, seed uint64, steps int, st *settleSt
 	var evs []costEvent
 	seq := 0
 	gens := map[string]int{}
+	capped := map[string]bool{} // a far debt was booked: see Settle
+	gen := func(key string) int {
+		if capped[key] {
+			return -1 // not checked
+		}
+		return gens[key]
+	}
 	keys := []string{"a", "b"}
 	for range steps {
 		now := clk.Now().UnixNano()
@@ -409,7 +416,7 @@ func playSettles(t *testing.T, c boundCase, seed uint64, steps int, st *settleSt
 		case p < 32:
 			seq++
 			if lim.Allow(key) {
-				evs = append(evs, costEvent{key: key, t: now, n: 1, seq: seq, gen: gens[key]})
+				evs = append(evs, costEvent{key: key, t: now, n: 1, seq: seq, gen: gen(key)})
 			}
 		case p < 40:
 			n := rng.IntN(c.maxN + 1)
@@ -419,7 +426,7 @@ func playSettles(t *testing.T, c boundCase, seed uint64, steps int, st *settleSt
 				return err
 			}
 			if d.Allowed && n > 0 {
-				evs = append(evs, costEvent{key: key, t: now, n: n, seq: seq, gen: gens[key]})
+				evs = append(evs, costEvent{key: key, t: now, n: n, seq: seq, gen: gen(key)})
 			}
 		case p < 55, p < 65:
 			n := 1 + rng.IntN(c.maxN)
@@ -434,7 +441,7 @@ func playSettles(t *testing.T, c boundCase, seed uint64, steps int, st *settleSt
 				return err
 			}
 			if r.OK() {
-				booked = append(booked, pending{r, key, n, seq, gens[key]})
+				booked = append(booked, pending{r, key, n, seq, gen(key)})
 			}
 		case p < 72: // cancel any pending booking
 			if len(booked) == 0 {
@@ -459,16 +466,19 @@ func playSettles(t *testing.T, c boundCase, seed uint64, steps int, st *settleSt
 			b := booked[i]
 			booked = slices.Delete(booked, i, i+1)
 			var actual int
-			switch q := rng.IntN(3); q {
-			case 0:
+			switch q := rng.IntN(20); {
+			case q < 6:
 				actual = rng.IntN(b.n)
 				st.surplus++
-			case 1:
+			case q < 12:
 				actual = b.n
 				st.exact++
-			default:
+			case q < 19 || b.key != "a": // far debts on the key that is reset only
 				actual = b.n + 1 + rng.IntN(2*c.maxN)
 				st.excess++
+			default: // far beyond: a debt of years, capped at 2⁶⁰ ns ahead
+				actual = b.n + 1<<40 + rng.IntN(1<<20)
+				st.far++
 			}
 			if now > b.r.TimeToAct().UnixNano() {
 				st.late++
@@ -491,10 +501,20 @@ func playSettles(t *testing.T, c boundCase, seed uint64, steps int, st *settleSt
 			if actual > b.n {
 				e.settled, e.excess = seq, actual-b.n
 			}
+			if actual-b.n >= 1<<40 {
+				// A debt beyond 2⁶⁰ ns ahead is forgiven past that, and so
+				// is every debt booked on the key after it, while its
+				// state stays at the cap: the trace checks that the cap
+				// neither overflows nor breaks what came before it, and
+				// leaves out what the key books after it until a Reset.
+				e.settled = 1 << 62
+				capped[b.key] = true
+			}
 			evs = append(evs, e)
 		case p < 95:
 			lim.Reset("a") // of one key only
 			gens["a"]++
+			capped["a"] = false
 			st.resets++
 		default:
 			lim.Sweep()
@@ -502,6 +522,11 @@ func playSettles(t *testing.T, c boundCase, seed uint64, steps int, st *settleSt
 	}
 	for _, b := range booked {
 		evs = append(evs, costEvent{key: b.key, t: b.r.TimeToAct().UnixNano(), n: b.n, seq: b.seq, gen: b.gen})
+	}
+	for _, e := range evs {
+		if e.gen >= 0 && e.n > 0 {
+			st.checked++
+		}
 	}
 	if err := checkCostBound(c.costCheck, evs); err != nil {
 		if debugSettle {
@@ -515,3 +540,55 @@ func playSettles(t *testing.T, c boundCase, seed uint64, steps int, st *settleSt
 }
 
 var debugSettle = false
+
+// chooser is where a trace takes its choices: a seeded rand for the
+// property tests, the fuzzer's bytes for FuzzSettle.
+type chooser interface {
+	IntN(n int) int
+	Int64N(n int64) int64
+}
+
+// byteChooser reads choices from data, two bytes each; zeros once it is
+// used up.
+type byteChooser struct{ data []byte }
+
+func (b *byteChooser) next() uint64 {
+	var v uint64
+	for range 2 {
+		v <<= 8
+		if len(b.data) > 0 {
+			v |= uint64(b.data[0])
+			b.data = b.data[1:]
+		}
+	}
+	return v
+}
+
+func (b *byteChooser) IntN(n int) int       { return int(b.next() % uint64(n)) }
+func (b *byteChooser) Int64N(n int64) int64 { return int64(b.next() % uint64(n)) }
+
+// FuzzSettle plays a trace of Allow, AllowN, Reserve, Take, Cancel,
+// Settle at any actual cost (up to 2⁴⁰ beyond the estimate), Reset, Sweep
+// and clock moves, chosen by the fuzzer's bytes, on one of the bound
+// cases, and asserts the bound with settled costs.
+func FuzzSettle(f *testing.F) {
+	cases := boundCases()
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range cases {
+		data := make([]byte, 600)
+		for j := range data {
+			data[j] = byte(rng.IntN(256))
+		}
+		f.Add(uint8(i), data)
+	}
+	f.Fuzz(func(t *testing.T, which uint8, data []byte) {
+		if len(data) > 4000 {
+			data = data[:4000]
+		}
+		c := cases[int(which)%len(cases)]
+		var st settleStats
+		if err := playSettles(t, c, &byteChooser{data}, len(data)/4, &st); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
