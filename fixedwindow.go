@@ -79,7 +79,11 @@ func (fw *FixedWindow) Allow(key string) bool {
 	}
 	now := fw.k.nc.now()
 	h, _ := fw.k.st.Take(key, now, true)
-	_, ok := fw.k.ps.p.Load().admit(h.State(), now, 1, 0)
+	p := fw.k.ps.p.Load()
+	if h.Flagged() { // an override: the key's own parameters
+		p = fw.k.overrideOf(key, p)
+	}
+	_, ok := p.admit(h.State(), now, 1, 0)
 	h.Release()
 	return ok
 }

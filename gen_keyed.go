@@ -74,6 +74,13 @@ func ({{.Recv}} *{{.Type}}) Limit() int { return {{.Recv}}.k.Limit() }
 // gives nothing back.
 func ({{.Recv}} *{{.Type}}) Reset(key string) { {{.Recv}}.k.Reset(key) }
 
+// RemoveOverride takes key's override away, if it has one: the key is
+// back under the limiter's parameters from its next decision on,
+// atomically, its state re-expressed in them as SetRate does it (the
+// allowance it held, capped at the limiter's), and follows SetRate again.
+// A Cancel of a booking made before it gives nothing back.
+func ({{.Recv}} *{{.Type}}) RemoveOverride(key string) { {{.Recv}}.k.setOverride(key, nil, Rate{}, 0) }
+
 var _ inMemory = (*{{.Type}})(nil)
 
 func ({{.Recv}} *{{.Type}}) multiClock() Clock { return {{.Recv}}.k.multiClock() }
@@ -87,6 +94,8 @@ func ({{.Recv}} *{{.Type}}) multiUnbook(key string, n int, b booked, rollback bo
 }
 
 func ({{.Recv}} *{{.Type}}) multiPeek(key string) Decision { return {{.Recv}}.k.multiPeek(key) }
+
+func ({{.Recv}} *{{.Type}}) multiValidN(key string, n int) error { return {{.Recv}}.k.validN(key, n) }
 
 func ({{.Recv}} *{{.Type}}) latestOnly() bool { return {{.Recv}}.k.latestOnly() }
 

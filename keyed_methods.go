@@ -50,6 +50,13 @@ func (tb *TokenBucket) Limit() int { return tb.k.Limit() }
 // gives nothing back.
 func (tb *TokenBucket) Reset(key string) { tb.k.Reset(key) }
 
+// RemoveOverride takes key's override away, if it has one: the key is
+// back under the limiter's parameters from its next decision on,
+// atomically, its state re-expressed in them as SetRate does it (the
+// allowance it held, capped at the limiter's), and follows SetRate again.
+// A Cancel of a booking made before it gives nothing back.
+func (tb *TokenBucket) RemoveOverride(key string) { tb.k.setOverride(key, nil, Rate{}, 0) }
+
 var _ inMemory = (*TokenBucket)(nil)
 
 func (tb *TokenBucket) multiClock() Clock { return tb.k.multiClock() }
@@ -63,6 +70,8 @@ func (tb *TokenBucket) multiUnbook(key string, n int, b booked, rollback bool) {
 }
 
 func (tb *TokenBucket) multiPeek(key string) Decision { return tb.k.multiPeek(key) }
+
+func (tb *TokenBucket) multiValidN(key string, n int) error { return tb.k.validN(key, n) }
 
 func (tb *TokenBucket) latestOnly() bool { return tb.k.latestOnly() }
 
@@ -122,6 +131,13 @@ func (lb *LeakyBucket) Limit() int { return lb.k.Limit() }
 // gives nothing back.
 func (lb *LeakyBucket) Reset(key string) { lb.k.Reset(key) }
 
+// RemoveOverride takes key's override away, if it has one: the key is
+// back under the limiter's parameters from its next decision on,
+// atomically, its state re-expressed in them as SetRate does it (the
+// allowance it held, capped at the limiter's), and follows SetRate again.
+// A Cancel of a booking made before it gives nothing back.
+func (lb *LeakyBucket) RemoveOverride(key string) { lb.k.setOverride(key, nil, Rate{}, 0) }
+
 var _ inMemory = (*LeakyBucket)(nil)
 
 func (lb *LeakyBucket) multiClock() Clock { return lb.k.multiClock() }
@@ -135,6 +151,8 @@ func (lb *LeakyBucket) multiUnbook(key string, n int, b booked, rollback bool) {
 }
 
 func (lb *LeakyBucket) multiPeek(key string) Decision { return lb.k.multiPeek(key) }
+
+func (lb *LeakyBucket) multiValidN(key string, n int) error { return lb.k.validN(key, n) }
 
 func (lb *LeakyBucket) latestOnly() bool { return lb.k.latestOnly() }
 
@@ -194,6 +212,13 @@ func (fw *FixedWindow) Limit() int { return fw.k.Limit() }
 // gives nothing back.
 func (fw *FixedWindow) Reset(key string) { fw.k.Reset(key) }
 
+// RemoveOverride takes key's override away, if it has one: the key is
+// back under the limiter's parameters from its next decision on,
+// atomically, its state re-expressed in them as SetRate does it (the
+// allowance it held, capped at the limiter's), and follows SetRate again.
+// A Cancel of a booking made before it gives nothing back.
+func (fw *FixedWindow) RemoveOverride(key string) { fw.k.setOverride(key, nil, Rate{}, 0) }
+
 var _ inMemory = (*FixedWindow)(nil)
 
 func (fw *FixedWindow) multiClock() Clock { return fw.k.multiClock() }
@@ -207,6 +232,8 @@ func (fw *FixedWindow) multiUnbook(key string, n int, b booked, rollback bool) {
 }
 
 func (fw *FixedWindow) multiPeek(key string) Decision { return fw.k.multiPeek(key) }
+
+func (fw *FixedWindow) multiValidN(key string, n int) error { return fw.k.validN(key, n) }
 
 func (fw *FixedWindow) latestOnly() bool { return fw.k.latestOnly() }
 
@@ -266,6 +293,13 @@ func (sl *SlidingLog) Limit() int { return sl.k.Limit() }
 // gives nothing back.
 func (sl *SlidingLog) Reset(key string) { sl.k.Reset(key) }
 
+// RemoveOverride takes key's override away, if it has one: the key is
+// back under the limiter's parameters from its next decision on,
+// atomically, its state re-expressed in them as SetRate does it (the
+// allowance it held, capped at the limiter's), and follows SetRate again.
+// A Cancel of a booking made before it gives nothing back.
+func (sl *SlidingLog) RemoveOverride(key string) { sl.k.setOverride(key, nil, Rate{}, 0) }
+
 var _ inMemory = (*SlidingLog)(nil)
 
 func (sl *SlidingLog) multiClock() Clock { return sl.k.multiClock() }
@@ -279,6 +313,8 @@ func (sl *SlidingLog) multiUnbook(key string, n int, b booked, rollback bool) {
 }
 
 func (sl *SlidingLog) multiPeek(key string) Decision { return sl.k.multiPeek(key) }
+
+func (sl *SlidingLog) multiValidN(key string, n int) error { return sl.k.validN(key, n) }
 
 func (sl *SlidingLog) latestOnly() bool { return sl.k.latestOnly() }
 
@@ -338,6 +374,13 @@ func (sc *SlidingWindowCounter) Limit() int { return sc.k.Limit() }
 // gives nothing back.
 func (sc *SlidingWindowCounter) Reset(key string) { sc.k.Reset(key) }
 
+// RemoveOverride takes key's override away, if it has one: the key is
+// back under the limiter's parameters from its next decision on,
+// atomically, its state re-expressed in them as SetRate does it (the
+// allowance it held, capped at the limiter's), and follows SetRate again.
+// A Cancel of a booking made before it gives nothing back.
+func (sc *SlidingWindowCounter) RemoveOverride(key string) { sc.k.setOverride(key, nil, Rate{}, 0) }
+
 var _ inMemory = (*SlidingWindowCounter)(nil)
 
 func (sc *SlidingWindowCounter) multiClock() Clock { return sc.k.multiClock() }
@@ -351,6 +394,8 @@ func (sc *SlidingWindowCounter) multiUnbook(key string, n int, b booked, rollbac
 }
 
 func (sc *SlidingWindowCounter) multiPeek(key string) Decision { return sc.k.multiPeek(key) }
+
+func (sc *SlidingWindowCounter) multiValidN(key string, n int) error { return sc.k.validN(key, n) }
 
 func (sc *SlidingWindowCounter) latestOnly() bool { return sc.k.latestOnly() }
 

@@ -80,7 +80,11 @@ func (lb *LeakyBucket) Allow(key string) bool {
 	}
 	now := lb.k.nc.now()
 	h, _ := lb.k.st.Take(key, now, true)
-	_, ok := lb.k.ps.p.Load().admit(h.State(), now, 1, 0)
+	p := lb.k.ps.p.Load()
+	if h.Flagged() { // an override: the key's own parameters
+		p = lb.k.overrideOf(key, p)
+	}
+	_, ok := p.admit(h.State(), now, 1, 0)
 	h.Release()
 	return ok
 }

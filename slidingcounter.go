@@ -98,7 +98,11 @@ func (sc *SlidingWindowCounter) Allow(key string) bool {
 	}
 	now := sc.k.nc.now()
 	h, _ := sc.k.st.Take(key, now, true)
-	_, ok := sc.k.ps.p.Load().admit(h.State(), now, 1, 0)
+	p := sc.k.ps.p.Load()
+	if h.Flagged() { // an override: the key's own parameters
+		p = sc.k.overrideOf(key, p)
+	}
+	_, ok := p.admit(h.State(), now, 1, 0)
 	h.Release()
 	return ok
 }

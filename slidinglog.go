@@ -112,7 +112,11 @@ func (sl *SlidingLog) Allow(key string) bool {
 	}
 	now := sl.k.nc.now()
 	h, _ := sl.k.st.Take(key, now, true)
-	_, ok := sl.k.ps.p.Load().admit(h.State(), now, 1, 0)
+	p := sl.k.ps.p.Load()
+	if h.Flagged() { // an override: the key's own parameters
+		p = sl.k.overrideOf(key, p)
+	}
+	_, ok := p.admit(h.State(), now, 1, 0)
 	h.Release()
 	return ok
 }

@@ -185,7 +185,13 @@ func (p *tbParams) adopt(s *tbState, now int64) {
 // at p's rate. Keeping the debt in tokens instead would let a faster rate
 // book new events beside the old ones, which keep their instants.
 func (p *tbParams) rebase(old *tbParams, s *tbState, now int64) {
-	t := ftime{Ns: min(p.since, now)}
+	p.rebaseAt(old, s, min(p.since, now))
+}
+
+// rebaseAt is rebase at the instant at: the change to p from old that an
+// override (or its removal) makes for one key.
+func (p *tbParams) rebaseAt(old *tbParams, s *tbState, at int64) {
+	t := ftime{Ns: at}
 	base := s.tat
 	if base.NotAfter(t) {
 		base = t
@@ -214,7 +220,11 @@ func (tb *TokenBucket) Allow(key string) bool {
 	}
 	now := tb.k.nc.now()
 	h, _ := tb.k.st.Take(key, now, true)
-	_, ok := tb.k.ps.p.Load().admit(h.State(), now, 1, 0)
+	p := tb.k.ps.p.Load()
+	if h.Flagged() { // an override: the key's own parameters
+		p = tb.k.overrideOf(key, p)
+	}
+	_, ok := p.admit(h.State(), now, 1, 0)
 	h.Release()
 	return ok
 }
