@@ -47,8 +47,9 @@ import (
 //     held, so a Cancel of a booking made before it gives nothing back.
 
 // ovShards is how many copy-on-write shards an override table has: a
-// change copies one shard, about 1/256 of the table.
-const ovShards = 256
+// change copies one shard, about 1/4096 of the table. The array of shards
+// (32 KiB) is made at a limiter's first override.
+const ovShards = 1 << 12
 
 // overrides is a keyed limiter's table of per-key parameters.
 type overrides[P any] struct {
@@ -274,8 +275,8 @@ func (k *keyed[S, P, A]) override(key string) (Rate, int, bool) {
 // Reserve and WaitN accept n up to the key's own capacity.
 //
 // The overrides are meant for a modest number of keys (tiers of paying
-// customers): each costs about a hundred bytes, and a call copies about
-// 1/256 of the table.
+// customers): each takes up to about 200 bytes with a short key, and a
+// call copies about 1/4096 of the table.
 func (tb *TokenBucket) SetOverride(key string, rate Rate, capacity int) error {
 	p, err := newTBParams(rate, capacity)
 	if err != nil {
@@ -308,8 +309,8 @@ func (tb *TokenBucket) Override(key string) (rate Rate, capacity int, ok bool) {
 // to the key's own capacity.
 //
 // The overrides are meant for a modest number of keys (tiers of paying
-// customers): each costs about a hundred bytes, and a call copies about
-// 1/256 of the table.
+// customers): each takes up to about 200 bytes with a short key, and a
+// call copies about 1/4096 of the table.
 func (lb *LeakyBucket) SetOverride(key string, rate Rate, capacity int) error {
 	p, err := newTBParams(rate, capacity)
 	if err != nil {
@@ -340,8 +341,8 @@ func (lb *LeakyBucket) Override(key string) (rate Rate, capacity int, ok bool) {
 // up to the key's own limit.
 //
 // The overrides are meant for a modest number of keys (tiers of paying
-// customers): each costs about a hundred bytes, and a call copies about
-// 1/256 of the table.
+// customers): each takes up to about 200 bytes with a short key, and a
+// call copies about 1/4096 of the table.
 func (fw *FixedWindow) SetOverride(key string, rate Rate) error {
 	limit, window, err := windowParams(rate)
 	if err != nil {
@@ -373,8 +374,8 @@ func (fw *FixedWindow) Override(key string) (rate Rate, ok bool) {
 // limiter's. AllowN, Reserve and WaitN accept n up to the key's own limit.
 //
 // The overrides are meant for a modest number of keys (tiers of paying
-// customers): each costs about a hundred bytes besides its log, and a call
-// copies about 1/256 of the table.
+// customers): each takes up to about 200 bytes with a short key, besides
+// its log, and a call copies about 1/4096 of the table.
 func (sl *SlidingLog) SetOverride(key string, rate Rate) error {
 	p, err := newSLParams(rate)
 	if err != nil {
@@ -406,8 +407,8 @@ func (sl *SlidingLog) Override(key string) (rate Rate, ok bool) {
 // Reserve and WaitN accept n up to the key's own limit.
 //
 // The overrides are meant for a modest number of keys (tiers of paying
-// customers): each costs about a hundred bytes, and a call copies about
-// 1/256 of the table.
+// customers): each takes up to about 200 bytes with a short key, and a
+// call copies about 1/4096 of the table.
 func (sc *SlidingWindowCounter) SetOverride(key string, rate Rate) error {
 	limit, window, err := windowParams(rate)
 	if err != nil {
