@@ -70,8 +70,9 @@ func ({{.Recv}} *{{.Type}}) Close() error { return {{.Recv}}.k.Close() }
 func ({{.Recv}} *{{.Type}}) Limit() int { return {{.Recv}}.k.Limit() }
 
 // Reset makes key start afresh: at rest, with its full allowance from now
-// on, as if it had never been seen. A Cancel of a booking made before it
-// gives nothing back.
+// on, as if it had never been seen; a key with an override keeps it, and
+// starts afresh under it. A Cancel of a booking made before it gives
+// nothing back.
 func ({{.Recv}} *{{.Type}}) Reset(key string) { {{.Recv}}.k.Reset(key) }
 
 // RemoveOverride takes key's override away, if it has one: the key is

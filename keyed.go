@@ -253,7 +253,8 @@ func (k *keyed[S, P, A]) swap(next func(old *P, now int64) (*P, error)) error {
 // book decides n events for key at now and describes the decision; b
 // records the epoch it was made in. n was validated against the
 // parameters before the key was taken; should a change have lowered the
-// limit below n since, book fails with ErrExceedsLimit, deciding nothing.
+// limit below n since, or the key's override allow less (see validN),
+// book fails with ErrExceedsLimit, deciding nothing.
 // A peek (n == 0) creates no key: it steps a scratch state of the store's.
 func (k *keyed[S, P, A]) book(key string, n int, now, maxWait int64) (Decision, booked, bool, error) {
 	h, _ := k.st.Take(key, now, n > 0)

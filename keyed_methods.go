@@ -46,8 +46,9 @@ func (tb *TokenBucket) Close() error { return tb.k.Close() }
 func (tb *TokenBucket) Limit() int { return tb.k.Limit() }
 
 // Reset makes key start afresh: at rest, with its full allowance from now
-// on, as if it had never been seen. A Cancel of a booking made before it
-// gives nothing back.
+// on, as if it had never been seen; a key with an override keeps it, and
+// starts afresh under it. A Cancel of a booking made before it gives
+// nothing back.
 func (tb *TokenBucket) Reset(key string) { tb.k.Reset(key) }
 
 // RemoveOverride takes key's override away, if it has one: the key is
@@ -127,8 +128,9 @@ func (lb *LeakyBucket) Close() error { return lb.k.Close() }
 func (lb *LeakyBucket) Limit() int { return lb.k.Limit() }
 
 // Reset makes key start afresh: at rest, with its full allowance from now
-// on, as if it had never been seen. A Cancel of a booking made before it
-// gives nothing back.
+// on, as if it had never been seen; a key with an override keeps it, and
+// starts afresh under it. A Cancel of a booking made before it gives
+// nothing back.
 func (lb *LeakyBucket) Reset(key string) { lb.k.Reset(key) }
 
 // RemoveOverride takes key's override away, if it has one: the key is
@@ -208,8 +210,9 @@ func (fw *FixedWindow) Close() error { return fw.k.Close() }
 func (fw *FixedWindow) Limit() int { return fw.k.Limit() }
 
 // Reset makes key start afresh: at rest, with its full allowance from now
-// on, as if it had never been seen. A Cancel of a booking made before it
-// gives nothing back.
+// on, as if it had never been seen; a key with an override keeps it, and
+// starts afresh under it. A Cancel of a booking made before it gives
+// nothing back.
 func (fw *FixedWindow) Reset(key string) { fw.k.Reset(key) }
 
 // RemoveOverride takes key's override away, if it has one: the key is
@@ -289,8 +292,9 @@ func (sl *SlidingLog) Close() error { return sl.k.Close() }
 func (sl *SlidingLog) Limit() int { return sl.k.Limit() }
 
 // Reset makes key start afresh: at rest, with its full allowance from now
-// on, as if it had never been seen. A Cancel of a booking made before it
-// gives nothing back.
+// on, as if it had never been seen; a key with an override keeps it, and
+// starts afresh under it. A Cancel of a booking made before it gives
+// nothing back.
 func (sl *SlidingLog) Reset(key string) { sl.k.Reset(key) }
 
 // RemoveOverride takes key's override away, if it has one: the key is
@@ -370,8 +374,9 @@ func (sc *SlidingWindowCounter) Close() error { return sc.k.Close() }
 func (sc *SlidingWindowCounter) Limit() int { return sc.k.Limit() }
 
 // Reset makes key start afresh: at rest, with its full allowance from now
-// on, as if it had never been seen. A Cancel of a booking made before it
-// gives nothing back.
+// on, as if it had never been seen; a key with an override keeps it, and
+// starts afresh under it. A Cancel of a booking made before it gives
+// nothing back.
 func (sc *SlidingWindowCounter) Reset(key string) { sc.k.Reset(key) }
 
 // RemoveOverride takes key's override away, if it has one: the key is

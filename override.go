@@ -175,16 +175,14 @@ func (k *keyed[S, P, A]) keyAtRest(s *S, flagged bool, key []byte, now int64) bo
 // look for key's override, which may allow more. book checks n again
 // under the parameters the decision uses (an override may allow less).
 func (k *keyed[S, P, A]) validN(key string, n int) error {
-	if n < 0 {
-		return ErrNegativeN
-	}
-	if n <= k.Limit() {
-		return nil
+	err := validN(n, k.Limit())
+	if err != ErrExceedsLimit {
+		return err
 	}
 	if e := k.ov.lookup(key); e != nil && int64(n) <= A(&e.p).max() {
 		return nil
 	}
-	return ErrExceedsLimit
+	return err
 }
 
 // setOverride gives key the parameters p, built from rate and capacity,

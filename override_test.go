@@ -652,8 +652,8 @@ func TestOverrideKeepsBound(t *testing.T) {
 
 // TestOverrideRacesCallers: in a synctest bubble, eight goroutines on two
 // keys race Allow, AllowN, Reserve, Cancel and Wait (some with deadlines)
-// while another flips the keys' overrides between the two configurations,
-// removes them, and changes the limiter's rate. Under -race; each key's
+// while another flips the keys' overrides between the two configurations
+// and removes them, and a third changes the limiter's rate. Under -race; each key's
 // events keep the larger configuration's bound, and every booking granted
 // is accounted for (acted, or cancelled before it was due).
 func TestOverrideRacesCallers(t *testing.T) {
@@ -708,16 +708,26 @@ func raceOverrides(t *testing.T, c rateChangeCase, seed uint64) int {
 				cfg = c.b
 			}
 			key := keys[rng.IntN(len(keys))]
-			var err error
-			switch rng.IntN(4) {
-			case 0, 1:
-				err = c.alg.setOverride(lim, key, c.rate(cfg), int(cfg[1]))
-			case 2:
+			if rng.IntN(3) == 0 {
 				lim.RemoveOverride(key)
-			default:
-				err = c.alg.setRate(lim, c.rate(cfg), int(cfg[1]))
+			} else if err := c.alg.setOverride(lim, key, c.rate(cfg), int(cfg[1])); err != nil {
+				t.Error(err)
 			}
-			if err != nil {
+		}
+	})
+	wg.Go(func() { // another, changing the limiter's rate at the same time
+		rng := rand.New(rand.NewPCG(seed, 98))
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Duration(rng.Int64N(int64(4 * unit)))):
+			}
+			cfg := c.a
+			if rng.IntN(2) == 0 {
+				cfg = c.b
+			}
+			if err := c.alg.setRate(lim, c.rate(cfg), int(cfg[1])); err != nil {
 				t.Error(err)
 			}
 		}

@@ -37,8 +37,8 @@ import "fmt"
 // A key is at rest when its bucket is full (TAT <= now); the store may drop
 // it then without changing any decision. State per key: 24 bytes.
 //
-// SetRate changes the rate and capacity at run time; Reset makes a key
-// start afresh.
+// SetRate changes the rate and capacity at run time; SetOverride gives a
+// key its own (tiers); Reset makes a key start afresh.
 //
 // A leaky bucket used as a meter (drop what overflows, no queue) is this
 // same function; LeakyBucket is the leaky bucket as a shaper.
@@ -124,7 +124,8 @@ func newTBParams(rate Rate, capacity int) (*tbParams, error) {
 // eight changes is taken, at the oldest change remembered, as full with
 // that change's capacity if it was full, and as empty until it would have
 // been full otherwise. Over any interval a key lets through no more than
-// the larger of the two configurations allows.
+// the larger of the two configurations allows. Keys with an override
+// (SetOverride) keep theirs.
 func (tb *TokenBucket) SetRate(rate Rate, capacity int) error {
 	return tb.k.swap(func(old *tbParams, now int64) (*tbParams, error) {
 		p, err := newTBParams(rate, capacity)
