@@ -139,7 +139,10 @@ func (k *keyed[S, P, A]) paramsOf(h *keystore.Handle[S], key string, p *P) *P {
 }
 
 // overrideOf returns key's override, or p if it has none (which a flagged
-// key always has: see the invariant above).
+// key always has: see the invariant above). It is kept out of line so
+// that the hot path of a key without override stays as small as it was.
+//
+//go:noinline
 func (k *keyed[S, P, A]) overrideOf(key string, p *P) *P {
 	if e := k.ov.lookup(key); e != nil {
 		return &e.p
