@@ -37,8 +37,8 @@ import "fmt"
 // A key is at rest when its bucket is full (TAT <= now); the store may drop
 // it then without changing any decision. State per key: 24 bytes.
 //
-// SetRate changes the rate and capacity at run time; Reset makes a key
-// start afresh.
+// SetRate changes the rate and capacity at run time; SetOverride gives a
+// key its own (tiers); Reset makes a key start afresh.
 //
 // A leaky bucket used as a meter (drop what overflows, no queue) is this
 // same function; LeakyBucket is the leaky bucket as a shaper.
@@ -124,7 +124,8 @@ func newTBParams(rate Rate, capacity int) (*tbParams, error) {
 // eight changes is taken, at the oldest change remembered, as full with
 // that change's capacity if it was full, and as empty until it would have
 // been full otherwise. Over any interval a key lets through no more than
-// the larger of the two configurations allows.
+// the larger of the two configurations allows. Keys with an override
+// (SetOverride) keep theirs.
 func (tb *TokenBucket) SetRate(rate Rate, capacity int) error {
 	return tb.k.swap(func(old *tbParams, now int64) (*tbParams, error) {
 		p, err := newTBParams(rate, capacity)
@@ -185,7 +186,13 @@ func (p *tbParams) adopt(s *tbState, now int64) {
 // at p's rate. Keeping the debt in tokens instead would let a faster rate
 // book new events beside the old ones, which keep their instants.
 func (p *tbParams) rebase(old *tbParams, s *tbState, now int64) {
-	t := ftime{Ns: min(p.since, now)}
+	p.rebaseAt(old, s, min(p.since, now))
+}
+
+// rebaseAt is rebase at the instant at: the change to p from old that an
+// override (or its removal) makes for one key.
+func (p *tbParams) rebaseAt(old *tbParams, s *tbState, at int64) {
+	t := ftime{Ns: at}
 	base := s.tat
 	if base.NotAfter(t) {
 		base = t
@@ -214,7 +221,11 @@ func (tb *TokenBucket) Allow(key string) bool {
 	}
 	now := tb.k.nc.now()
 	h, _ := tb.k.st.Take(key, now, true)
-	_, ok := tb.k.ps.p.Load().admit(h.State(), now, 1, 0)
+	p := tb.k.ps.p.Load()
+	if h.Flagged() { // an override: the key's own parameters
+		p = tb.k.overrideOf(key, p)
+	}
+	_, ok := p.admit(h.State(), now, 1, 0)
 	h.Release()
 	return ok
 }

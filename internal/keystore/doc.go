@@ -83,6 +83,14 @@
 //     waiter looks again either way. Locks are taken in the order queue,
 //     shard mutex, lock bit, never the other way, and a caller holds no
 //     handle while it takes another, so they cannot deadlock.
+//  12. A key may carry one flag bit of the caller's, in its slot header:
+//     init's result sets it when the key is set up, Handle.SetFlag
+//     changes it under the key's lock, and Handle.Flagged reads it from
+//     the header the handle holds, at no cost. It moves with the key
+//     (rule 9) and is forgotten with it; atRest is told it, and given the
+//     key's bytes when it is set, so that a caller can keep a few keys
+//     apart (the limiters' per-key overrides) without a lookup for the
+//     rest.
 //
 // Tables have any size, not only powers of two (a key's home slot is its
 // tag scaled to the table's length), and grow by half at a load of
