@@ -123,9 +123,11 @@ func newTBParams(rate Rate, capacity int) (*tbParams, error) {
 // gives nothing back (its tokens stay taken). A key idle through more than
 // eight changes is taken, at the oldest change remembered, as full with
 // that change's capacity if it was full, and as empty until it would have
-// been full otherwise. Over any interval a key lets through no more than
-// the larger of the two configurations allows. Keys with an override
-// (SetOverride) keep theirs.
+// been full otherwise. Over any interval in which it stays in the store, a
+// key lets through no more than the larger of the two configurations
+// allows; a key dropped at rest (full) and seen again after a change
+// starts afresh under the new parameters, as a key never seen does. Keys
+// with an override (SetOverride) keep theirs.
 func (tb *TokenBucket) SetRate(rate Rate, capacity int) error {
 	return tb.k.swap(func(old *tbParams, now int64) (*tbParams, error) {
 		p, err := newTBParams(rate, capacity)

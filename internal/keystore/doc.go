@@ -26,7 +26,9 @@
 //     no shared lock, no allocation. Readers probe the shard's current
 //     table with atomic loads and take the lock bit in the key's slot
 //     header; calls on different keys share no lock.
-//  4. Dropping a key at rest is lossless: it changes no later decision.
+//  4. Dropping a key at rest is lossless: it changes no later decision
+//     under the parameters it was judged at rest by (after a change of
+//     the limiter's parameters a key seen again is a new key).
 //     A table about to grow first drops keys at rest for RestGrace; Sweep
 //     drops every key at rest now, and shrinks tables and compacts arenas
 //     that it left mostly empty, so memory comes back. The limiter, not
