@@ -43,8 +43,10 @@ import (
 //     SetRate, each see the state the other left: RemoveOverride
 //     re-expresses the key in the limiter's parameters as they stand under
 //     the mutex, and SetRate changes only keys without a flag.
-//   - Like Reset, a change of override moves the epoch on with the key
-//     held, so a Cancel of a booking made before it gives nothing back.
+//   - A change of override moves the epoch on with the key held, as a
+//     change of rate does, so a Cancel (or a Settle's surplus) of a
+//     booking made before it gives nothing back; a Reset moves the key's
+//     generation on instead (see keyed.resets).
 
 // ovShards is how many copy-on-write shards an override table has: a
 // change copies one shard, about 1/4096 of the table. The array of shards
