@@ -45,6 +45,11 @@ import (
 //     the mutex, and SetRate changes only keys without a flag.
 //   - Like Reset, a change of override moves the epoch on with the key
 //     held, so a Cancel of a booking made before it gives nothing back.
+//   - The table is keyed as the store knows keys: a key longer than the
+//     store tells apart (keystore rule 10) by its prefix. So every
+//     spelling of a key that reaches a flagged slot finds the entry the
+//     slot's state was written under, and one created or seen again after
+//     a drop is set up under it.
 
 // ovShards is how many copy-on-write shards an override table has: a
 // change copies one shard, about 1/4096 of the table. The array of shards
@@ -144,10 +149,22 @@ func (k *keyed[S, P, A]) paramsOf(h *keystore.Handle[S], key string, p *P) *P {
 //
 //go:noinline
 func (k *keyed[S, P, A]) overrideOf(key string, p *P) *P {
-	if e := k.ov.lookup(key); e != nil {
+	if e := k.ov.lookup(k.storeKey(key)); e != nil {
 		return &e.p
 	}
 	return p
+}
+
+// storeKey is key as the store knows it: a key longer than the store
+// tells apart is known by its prefix (keystore rule 10). The overrides
+// are keyed the same way, so that a flagged key, however it is spelt,
+// always finds the entry its state was written under. The store gives
+// init and atRest its own key already.
+func (k *keyed[S, P, A]) storeKey(key string) string {
+	if n := k.st.MaxKeyLen(); len(key) > n {
+		return key[:n]
+	}
+	return key
 }
 
 // initKey sets up key's state at now, under its override if it has one,
@@ -182,7 +199,7 @@ func (k *keyed[S, P, A]) validN(key string, n int) error {
 	if err != ErrExceedsLimit {
 		return err
 	}
-	if e := k.ov.lookup(key); e != nil && int64(n) <= A(&e.p).max() {
+	if e := k.ov.lookup(k.storeKey(key)); e != nil && int64(n) <= A(&e.p).max() {
 		return nil
 	}
 	return err
@@ -192,6 +209,7 @@ func (k *keyed[S, P, A]) validN(key string, n int) error {
 // or, with p nil, takes its override away; see the invariant above. p is
 // given its generation here.
 func (k *keyed[S, P, A]) setOverride(key string, p *P, rate Rate, capacity int) {
+	key = k.storeKey(key)
 	k.ps.mu.Lock()
 	defer k.ps.mu.Unlock()
 	t := k.ov.t.Load()
@@ -250,7 +268,7 @@ func (k *keyed[S, P, A]) setOverride(key string, p *P, rate Rate, capacity int) 
 
 // override returns key's override: its rate and capacity.
 func (k *keyed[S, P, A]) override(key string) (Rate, int, bool) {
-	if e := k.ov.lookup(key); e != nil {
+	if e := k.ov.lookup(k.storeKey(key)); e != nil {
 		return e.rate, e.capacity, true
 	}
 	return Rate{}, 0, false
