@@ -1,9 +1,13 @@
 package ratelimit
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratelimitkit/ratelimit/internal/keystore"
 )
@@ -33,7 +37,7 @@ func shortKeyStore(t *testing.T, l testLimiter, n int) {
 }
 
 func setShortKeyStore[S, P any, A algo[S, P]](k *keyed[S, P, A], n int) {
-	k.st = keystore.New(keystore.Config{Shards: 1, MaxKeyLen: n}, k.initKey, k.keyAtRest)
+	k.st = keystore.New(keystore.Config{Shards: 1, MaxKeys: k.st.Stats().MaxKeys, MaxKeyLen: n}, k.initKey, k.keyAtRest)
 }
 
 // TestOverrideLongKeys: a key longer than the store tells apart is known
@@ -126,6 +130,146 @@ func TestOverrideLongKeys(t *testing.T) {
 					t.Fatalf("a longer key with the prefix: %+v", d)
 				}
 			})
+		})
+	}
+}
+
+// overrideExact checks, for each of keys the store holds, the invariant
+// the overrides keep: a key is flagged if and only if it has an override,
+// and its state is expressed in the parameters it decides under: a token
+// or leaky bucket's state carries the generation of its override if it is
+// flagged, and one of the limiter's (never an override's) if not.
+func overrideExact[S, P any, A algo[S, P]](k *keyed[S, P, A], keys []string, now int64) error {
+	for _, key := range keys {
+		h, fresh := k.st.Take(key, now, false)
+		flagged, s := h.Flagged(), *h.State()
+		h.Release()
+		e := k.ov.lookup(key[:min(len(key), k.st.MaxKeyLen())]) // the store's identity of key
+		if fresh {
+			if flagged != (e != nil) {
+				return fmt.Errorf("%q, not held: set up flagged %v, override %v", key, flagged, e != nil)
+			}
+			continue
+		}
+		if flagged != (e != nil) {
+			return fmt.Errorf("%q: flagged %v, override %v", key, flagged, e != nil)
+		}
+		var gen uint64
+		switch s := any(&s).(type) {
+		case *tbState:
+			gen = s.gen
+		case *lbState:
+			gen = s.gen
+		default:
+			continue // the windows' states read under any parameters
+		}
+		var want uint64
+		switch p := any(k.ps.p.Load()).(type) {
+		case *tbParams:
+			want = p.gen
+			if e != nil {
+				want = any(&e.p).(*tbParams).gen
+			}
+		case *lbParams:
+			want = p.gen
+			if e != nil {
+				want = any(&e.p).(*lbParams).gen
+			}
+		}
+		if e != nil && gen != want || e == nil && (gen > want || gen >= ovGen0) {
+			return fmt.Errorf("%q (flagged %v): state of generation %#x, decides under %#x", key, flagged, gen, want)
+		}
+	}
+	return nil
+}
+
+func checkOverrideExact(l testLimiter, keys []string, now int64) error {
+	switch l := l.(type) {
+	case *TokenBucket:
+		return overrideExact(&l.k, keys, now)
+	case *LeakyBucket:
+		return overrideExact(&l.k, keys, now)
+	case *FixedWindow:
+		return overrideExact(&l.k, keys, now)
+	case *SlidingLog:
+		return overrideExact(&l.k, keys, now)
+	case *SlidingWindowCounter:
+		return overrideExact(&l.k, keys, now)
+	}
+	return fmt.Errorf("no store in %T", l)
+}
+
+// TestOverrideExactUnderChurn: random traces of every entry point on
+// keys a client chooses (some known to the store by a shared prefix), on a
+// store capped below the keys in play, so that keys are evicted at the
+// cap, dropped at rest and created again while overrides come and go and
+// the rate changes. After every step each key is flagged exactly when it
+// has an override and its state is in the parameters it decides under;
+// no call panics or fails but with ErrExceedsLimit.
+func TestOverrideExactUnderChurn(t *testing.T) {
+	seeds := 12
+	if testing.Short() {
+		seeds = 4
+	}
+	keys := []string{"k0", "k1", "k2", "k3", "long-key-a", "long-key-b", "long-key"}
+	ctx := context.Background()
+	for _, alg := range algorithms {
+		t.Run(alg.name, func(t *testing.T) {
+			for seed := range uint64(seeds) {
+				rng := rand.New(rand.NewPCG(seed, 0x0e7e1de5))
+				l, clk := newSuiteLimiter(t, alg, WithMaxKeys(3))
+				shortKeyStore(t, l, len("long-key"))
+				var held []*Reservation
+				flagged, evicted := 0, uint64(0)
+				for step := range 400 {
+					key := keys[rng.IntN(len(keys))]
+					limit := []int{smallLimit, suiteLimit, bigLimit}[rng.IntN(3)]
+					var err error
+					switch p := rng.IntN(100); {
+					case p < 15:
+						clk.Advance(time.Duration(rng.Int64N(int64(suitePeriod))))
+					case p < 30:
+						l.Allow(key)
+					case p < 40:
+						_, err = l.AllowN(ctx, key, rng.IntN(bigLimit+1))
+					case p < 50:
+						var r *Reservation
+						if r, err = l.Reserve(ctx, key, 1+rng.IntN(bigLimit)); err == nil {
+							held = append(held, r)
+						}
+					case p < 55:
+						if len(held) > 0 {
+							i := rng.IntN(len(held))
+							held[i].Cancel()
+							held = append(held[:i], held[i+1:]...)
+						}
+					case p < 60:
+						other := keys[rng.IntN(len(keys))]
+						_, err = AllowAll(ctx, 1+rng.IntN(smallLimit), []LimiterKey{{l, key}, {l, other}})
+					case p < 75:
+						err = alg.setOverride(l, key, Per(int64(limit), suitePeriod), limit)
+						flagged++
+					case p < 82:
+						l.RemoveOverride(key)
+					case p < 87:
+						err = alg.setRate(l, Per(int64(limit), suitePeriod), limit)
+					case p < 92:
+						l.Reset(key)
+					default:
+						l.Sweep()
+					}
+					if err != nil && !errors.Is(err, ErrExceedsLimit) {
+						t.Fatalf("seed %d step %d: %v", seed, step, err)
+					}
+					if err := checkOverrideExact(l, keys, clk.Now().UnixNano()); err != nil {
+						t.Fatalf("seed %d step %d: %v", seed, step, err)
+					}
+				}
+				evicted += l.Stats().EvictedLRU
+				if flagged == 0 || evicted == 0 {
+					t.Fatalf("seed %d: trace too tame: %d overrides set, %d keys evicted at the cap", seed, flagged, evicted)
+				}
+			}
 		})
 	}
 }
