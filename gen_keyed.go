@@ -96,7 +96,7 @@ func ({{.Recv}} *{{.Type}}) multiUnbook(key string, n int, b booked, rollback bo
 
 func ({{.Recv}} *{{.Type}}) multiPeek(key string) Decision { return {{.Recv}}.k.multiPeek(key) }
 
-func ({{.Recv}} *{{.Type}}) multiValidN(key string, n int) error { return {{.Recv}}.k.validN(key, n) }
+func ({{.Recv}} *{{.Type}}) multiValidN(key string, n int) error { return {{.Recv}}.k.multiValidN(key, n) }
 
 func ({{.Recv}} *{{.Type}}) latestOnly() bool { return {{.Recv}}.k.latestOnly() }
 

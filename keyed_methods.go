@@ -72,7 +72,7 @@ func (tb *TokenBucket) multiUnbook(key string, n int, b booked, rollback bool) {
 
 func (tb *TokenBucket) multiPeek(key string) Decision { return tb.k.multiPeek(key) }
 
-func (tb *TokenBucket) multiValidN(key string, n int) error { return tb.k.validN(key, n) }
+func (tb *TokenBucket) multiValidN(key string, n int) error { return tb.k.multiValidN(key, n) }
 
 func (tb *TokenBucket) latestOnly() bool { return tb.k.latestOnly() }
 
@@ -154,7 +154,7 @@ func (lb *LeakyBucket) multiUnbook(key string, n int, b booked, rollback bool) {
 
 func (lb *LeakyBucket) multiPeek(key string) Decision { return lb.k.multiPeek(key) }
 
-func (lb *LeakyBucket) multiValidN(key string, n int) error { return lb.k.validN(key, n) }
+func (lb *LeakyBucket) multiValidN(key string, n int) error { return lb.k.multiValidN(key, n) }
 
 func (lb *LeakyBucket) latestOnly() bool { return lb.k.latestOnly() }
 
@@ -236,7 +236,7 @@ func (fw *FixedWindow) multiUnbook(key string, n int, b booked, rollback bool) {
 
 func (fw *FixedWindow) multiPeek(key string) Decision { return fw.k.multiPeek(key) }
 
-func (fw *FixedWindow) multiValidN(key string, n int) error { return fw.k.validN(key, n) }
+func (fw *FixedWindow) multiValidN(key string, n int) error { return fw.k.multiValidN(key, n) }
 
 func (fw *FixedWindow) latestOnly() bool { return fw.k.latestOnly() }
 
@@ -318,7 +318,7 @@ func (sl *SlidingLog) multiUnbook(key string, n int, b booked, rollback bool) {
 
 func (sl *SlidingLog) multiPeek(key string) Decision { return sl.k.multiPeek(key) }
 
-func (sl *SlidingLog) multiValidN(key string, n int) error { return sl.k.validN(key, n) }
+func (sl *SlidingLog) multiValidN(key string, n int) error { return sl.k.multiValidN(key, n) }
 
 func (sl *SlidingLog) latestOnly() bool { return sl.k.latestOnly() }
 
@@ -400,7 +400,7 @@ func (sc *SlidingWindowCounter) multiUnbook(key string, n int, b booked, rollbac
 
 func (sc *SlidingWindowCounter) multiPeek(key string) Decision { return sc.k.multiPeek(key) }
 
-func (sc *SlidingWindowCounter) multiValidN(key string, n int) error { return sc.k.validN(key, n) }
+func (sc *SlidingWindowCounter) multiValidN(key string, n int) error { return sc.k.multiValidN(key, n) }
 
 func (sc *SlidingWindowCounter) latestOnly() bool { return sc.k.latestOnly() }
 

@@ -205,6 +205,21 @@ func (k *keyed[S, P, A]) validN(key string, n int) error {
 	return err
 }
 
+// multiValidN is validN for AllowAll, which refuses before it books
+// anything: n is checked against key's own limit, so that an override
+// allowing less than the limiter refuses n above it with ErrExceedsLimit
+// as AllowN does, not with a denial no retry could turn into an
+// allowance. It costs a lookup only while the limiter has overrides.
+func (k *keyed[S, P, A]) multiValidN(key string, n int) error {
+	if err := k.validN(key, n); err != nil {
+		return err
+	}
+	if e := k.ov.lookup(k.storeKey(key)); e != nil && int64(n) > A(&e.p).max() {
+		return ErrExceedsLimit
+	}
+	return nil
+}
+
 // setOverride gives key the parameters p, built from rate and capacity,
 // or, with p nil, takes its override away; see the invariant above. p is
 // given its generation here.
