@@ -273,3 +273,88 @@ func TestOverrideExactUnderChurn(t *testing.T) {
 		})
 	}
 }
+
+// TestOverrideExactRacingEviction: goroutines race decisions, resets and
+// sweeps on more keys than the store's cap (some known by a shared
+// prefix), so that keys are evicted and created again while another flips
+// their overrides and a third changes the rate. Under -race. Once all are
+// done, every key is flagged exactly when it has an override, its state
+// in the parameters it decides under, and every decision on the way
+// carried the limit of one of the configurations in play.
+func TestOverrideExactRacingEviction(t *testing.T) {
+	keys := []string{"k0", "k1", "k2", "long-key-a", "long-key-b", "long-key"}
+	limits := []int{smallLimit, suiteLimit, bigLimit}
+	ctx := context.Background()
+	for _, alg := range algorithms {
+		t.Run(alg.name, func(t *testing.T) {
+			l, clk := newSuiteLimiter(t, alg, WithMaxKeys(2))
+			shortKeyStore(t, l, len("long-key"))
+			done := make(chan error, 8)
+			run := func(seed uint64, f func(rng *rand.Rand) error) {
+				rng := rand.New(rand.NewPCG(seed, 0xe71c7))
+				for range 1500 {
+					if err := f(rng); err != nil {
+						done <- err
+						return
+					}
+				}
+				done <- nil
+			}
+			for g := range 4 {
+				go run(uint64(g), func(rng *rand.Rand) error {
+					key := keys[rng.IntN(len(keys))]
+					switch rng.IntN(4) {
+					case 0:
+						l.Allow(key)
+					case 1:
+						d, err := l.AllowN(ctx, key, rng.IntN(bigLimit+1))
+						if err != nil && !errors.Is(err, ErrExceedsLimit) {
+							return err
+						}
+						if err == nil && d.Limit != smallLimit && d.Limit != suiteLimit && d.Limit != bigLimit {
+							return fmt.Errorf("%q: a decision with limit %d: %+v", key, d.Limit, d)
+						}
+					case 2:
+						if r, err := l.Reserve(ctx, key, 1); err == nil {
+							r.Cancel()
+						}
+					default:
+						l.Reset(key)
+					}
+					return nil
+				})
+			}
+			go run(10, func(rng *rand.Rand) error {
+				key, limit := keys[rng.IntN(len(keys))], limits[rng.IntN(len(limits))]
+				if rng.IntN(3) == 0 {
+					l.RemoveOverride(key)
+					return nil
+				}
+				return alg.setOverride(l, key, Per(int64(limit), suitePeriod), limit)
+			})
+			go run(11, func(rng *rand.Rand) error {
+				switch rng.IntN(3) {
+				case 0:
+					limit := limits[rng.IntN(len(limits))]
+					return alg.setRate(l, Per(int64(limit), suitePeriod), limit)
+				case 1:
+					clk.Advance(time.Duration(rng.Int64N(int64(suitePeriod / 4))))
+				default:
+					l.Sweep()
+				}
+				return nil
+			})
+			for range 6 {
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := checkOverrideExact(l, keys, clk.Now().UnixNano()); err != nil {
+				t.Fatal(err)
+			}
+			if s := l.Stats(); s.EvictedLRU+s.EvictedAtRest == 0 {
+				t.Fatalf("no key was evicted: %+v", s)
+			}
+		})
+	}
+}
