@@ -504,7 +504,10 @@ func parseRuleTable(config string, opts []Option, old *ruleTable) (*ruleTable, e
 		if line == "" {
 			continue
 		}
-		if f := strings.Fields(line); strings.EqualFold(f[0], "exempt") && classEnd(line) < 0 {
+		// A line that starts with the word is an exemption unless it reads
+		// as a rule and not as an exemption ("exempt /x: 1/s global"): an
+		// IPv6 address that ends in "::" before another looks like a class.
+		if f := strings.Fields(line); strings.EqualFold(f[0], "exempt") && (classEnd(line) < 0 || new(exemptions).parse(f[1:]) == nil) {
 			if ex == nil {
 				ex = &exemptions{}
 			}

@@ -30,6 +30,8 @@ func TestRulesExemptForms(t *testing.T) {
 		{"exempt 2001:db8:1:2::/64", Subject{IP: "2001:db8:1:2::/64"}, true},
 		{"exempt 2001:db8:1:2::/80", Subject{IP: "2001:db8:1:2::/64"}, false}, // narrower than the group
 		{"exempt 2001:db8::1", Subject{IP: "2001:db8::1%eth0"}, true},
+		{"exempt 2001:db8:: 192.0.2.7", Subject{IP: "192.0.2.7"}, true}, // "::" then a space is no class
+		{"exempt 2001:db8:: 192.0.2.7", Subject{IP: "2001:db8::"}, true},
 		{"exempt 10.0.0.0/8", Subject{IP: "10.0.0.0/8/9"}, false},
 		{"exempt 10.0.0.0/8", Subject{IP: "not an address"}, false},
 		{"exempt 10.0.0.0/8", Subject{User: "10.1.2.3"}, false}, // a user is not an address
