@@ -55,7 +55,8 @@ func (tb *TokenBucket) Reset(key string) { tb.k.Reset(key) }
 // back under the limiter's parameters from its next decision on,
 // atomically, its state re-expressed in them as SetRate does it (the
 // allowance it held, capped at the limiter's), and follows SetRate again.
-// A Cancel of a booking made before it gives nothing back.
+// A Cancel of a booking made before it gives nothing back, on any key, as
+// after Reset.
 func (tb *TokenBucket) RemoveOverride(key string) { tb.k.setOverride(key, nil, Rate{}, 0) }
 
 var _ inMemory = (*TokenBucket)(nil)
@@ -137,7 +138,8 @@ func (lb *LeakyBucket) Reset(key string) { lb.k.Reset(key) }
 // back under the limiter's parameters from its next decision on,
 // atomically, its state re-expressed in them as SetRate does it (the
 // allowance it held, capped at the limiter's), and follows SetRate again.
-// A Cancel of a booking made before it gives nothing back.
+// A Cancel of a booking made before it gives nothing back, on any key, as
+// after Reset.
 func (lb *LeakyBucket) RemoveOverride(key string) { lb.k.setOverride(key, nil, Rate{}, 0) }
 
 var _ inMemory = (*LeakyBucket)(nil)
@@ -219,7 +221,8 @@ func (fw *FixedWindow) Reset(key string) { fw.k.Reset(key) }
 // back under the limiter's parameters from its next decision on,
 // atomically, its state re-expressed in them as SetRate does it (the
 // allowance it held, capped at the limiter's), and follows SetRate again.
-// A Cancel of a booking made before it gives nothing back.
+// A Cancel of a booking made before it gives nothing back, on any key, as
+// after Reset.
 func (fw *FixedWindow) RemoveOverride(key string) { fw.k.setOverride(key, nil, Rate{}, 0) }
 
 var _ inMemory = (*FixedWindow)(nil)
@@ -301,7 +304,8 @@ func (sl *SlidingLog) Reset(key string) { sl.k.Reset(key) }
 // back under the limiter's parameters from its next decision on,
 // atomically, its state re-expressed in them as SetRate does it (the
 // allowance it held, capped at the limiter's), and follows SetRate again.
-// A Cancel of a booking made before it gives nothing back.
+// A Cancel of a booking made before it gives nothing back, on any key, as
+// after Reset.
 func (sl *SlidingLog) RemoveOverride(key string) { sl.k.setOverride(key, nil, Rate{}, 0) }
 
 var _ inMemory = (*SlidingLog)(nil)
@@ -383,7 +387,8 @@ func (sc *SlidingWindowCounter) Reset(key string) { sc.k.Reset(key) }
 // back under the limiter's parameters from its next decision on,
 // atomically, its state re-expressed in them as SetRate does it (the
 // allowance it held, capped at the limiter's), and follows SetRate again.
-// A Cancel of a booking made before it gives nothing back.
+// A Cancel of a booking made before it gives nothing back, on any key, as
+// after Reset.
 func (sc *SlidingWindowCounter) RemoveOverride(key string) { sc.k.setOverride(key, nil, Rate{}, 0) }
 
 var _ inMemory = (*SlidingWindowCounter)(nil)
