@@ -24,10 +24,11 @@ var algorithms = []algorithm{
 		setOverride: func(l testLimiter, key string, rate Rate, capacity int) error {
 			return l.(*TokenBucket).SetOverride(key, rate, capacity)
 		},
-		actBound: tokenActBound,
-		bound:    bucketBound,
-		stepFuzz: fuzzTokenBucket,
-		longRuns: lrTokenBucketRuns,
+		actBound:  tokenActBound,
+		costBound: tokenCostBound,
+		bound:     bucketBound,
+		stepFuzz:  fuzzTokenBucket,
+		longRuns:  lrTokenBucketRuns,
 		bench: allowBench{
 			allow: func() (allower, error) { return NewTokenBucket(PerSecond(1e9), 1e9) },
 			deny:  func() (allower, error) { return NewTokenBucket(PerDay(1), 1) },
@@ -44,10 +45,11 @@ var algorithms = []algorithm{
 		setOverride: func(l testLimiter, key string, rate Rate, capacity int) error {
 			return l.(*LeakyBucket).SetOverride(key, rate, capacity)
 		},
-		actBound: leakyActBound,
-		bound:    bucketBound,
-		stepFuzz: fuzzLeakyBucket,
-		longRuns: lrLeakyBucketRuns,
+		actBound:  leakyActBound,
+		costBound: leakyCostBound,
+		bound:     bucketBound,
+		stepFuzz:  fuzzLeakyBucket,
+		longRuns:  lrLeakyBucketRuns,
 		bench: allowBench{
 			// Allow needs an empty queue: slots of 1 ns empty between calls.
 			allow: func() (allower, error) { return NewLeakyBucket(Every(time.Nanosecond), 1) },
@@ -64,7 +66,8 @@ var algorithms = []algorithm{
 		setOverride: func(l testLimiter, key string, rate Rate, _ int) error {
 			return l.(*FixedWindow).SetOverride(key, rate)
 		},
-		actBound: fixedWindowActBound,
+		actBound:  fixedWindowActBound,
+		costBound: fixedWindowCostBound,
 		bound: func(r Rate, l, e int64) int64 {
 			if e == 0 {
 				return l
@@ -93,8 +96,9 @@ var algorithms = []algorithm{
 		setOverride: func(l testLimiter, key string, rate Rate, _ int) error {
 			return l.(*SlidingLog).SetOverride(key, rate)
 		},
-		actBound: slidingLogActBound,
-		bound:    func(r Rate, l, e int64) int64 { return satMul(l, e/int64(r.Period)+1) },
+		actBound:  slidingLogActBound,
+		costBound: slidingLogCostBound,
+		bound:     func(r Rate, l, e int64) int64 { return satMul(l, e/int64(r.Period)+1) },
 		window: &windowSuite{
 			oracle:      func(l int, w int64) winOracle { return newSLOracle(l, w) },
 			oracleRates: [][2]int64{{1, 1000}, {3, 1000}, {10, 997}, {5, int64(time.Second)}},
@@ -121,7 +125,8 @@ var algorithms = []algorithm{
 		setOverride: func(l testLimiter, key string, rate Rate, _ int) error {
 			return l.(*SlidingWindowCounter).SetOverride(key, rate)
 		},
-		actBound: slidingCounterActBound,
+		actBound:  slidingCounterActBound,
+		costBound: slidingCounterCostBound,
 		bound: func(r Rate, l, e int64) int64 {
 			if e == 0 {
 				return l
@@ -171,6 +176,9 @@ type algorithm struct {
 	// actBound checks the events of one key that acted against the bound
 	// at rate with capacity (cancel_test.go).
 	actBound func(rate Rate, capacity int) func(evs []actEvent) error
+	// costBound is actBound with settled costs: the bound plus the excess
+	// it excuses (settle_bound_test.go).
+	costBound func(rate Rate, capacity int) func(evs []costEvent) error
 	// window is set for a window algorithm: the window suite's oracle
 	// (windows_test.go).
 	window *windowSuite
@@ -243,8 +251,8 @@ func TestAlgorithmsComplete(t *testing.T) {
 			t.Errorf("entry %q: a name and a vector name, each unique, are required", alg.name)
 		}
 		seen[alg.name], seen["vectors:"+alg.vectors] = true, true
-		if alg.build == nil || alg.setRate == nil || alg.setOverride == nil || alg.bound == nil || alg.actBound == nil || alg.longRuns == nil || alg.bench.allow == nil || alg.bench.deny == nil {
-			t.Errorf("%s: build, setRate, setOverride, bound, actBound, longRuns and bench are required", alg.name)
+		if alg.build == nil || alg.setRate == nil || alg.setOverride == nil || alg.bound == nil || alg.actBound == nil || alg.costBound == nil || alg.longRuns == nil || alg.bench.allow == nil || alg.bench.deny == nil {
+			t.Errorf("%s: build, setRate, setOverride, bound, actBound, costBound, longRuns and bench are required", alg.name)
 		}
 		if (alg.stepFuzz == nil) == (alg.windowFuzz == nil) {
 			t.Errorf("%s: exactly one of stepFuzz and windowFuzz is required", alg.name)

@@ -42,6 +42,14 @@ func ({{.Recv}} *{{.Type}}) Reserve(ctx context.Context, key string, n int) (*Re
 	return {{.Recv}}.k.Reserve(ctx, key, n)
 }
 
+// Take decides n events for key like AllowN and hands back the booking,
+// so that its cost can be settled later with Reservation.Settle: the
+// Reservation is OK iff the events were allowed now. See Taker. It fails
+// only on invalid n.
+func ({{.Recv}} *{{.Type}}) Take(ctx context.Context, key string, n int) (*Reservation, error) {
+	return {{.Recv}}.k.Take(ctx, key, n)
+}
+
 // Wait is shorthand for WaitN(ctx, key, 1).
 func ({{.Recv}} *{{.Type}}) Wait(ctx context.Context, key string) error {
 	return {{.Recv}}.k.WaitN(ctx, key, 1)
@@ -71,8 +79,9 @@ func ({{.Recv}} *{{.Type}}) Limit() int { return {{.Recv}}.k.Limit() }
 
 // Reset makes key start afresh: at rest, with its full allowance from now
 // on, as if it had never been seen; a key with an override keeps it, and
-// starts afresh under it. A Cancel of a booking made before it gives
-// nothing back.
+// starts afresh under it. A Cancel or Settle of a booking made on key
+// before it gives nothing back (an excess is still charged); bookings on
+// other keys are untouched.
 func ({{.Recv}} *{{.Type}}) Reset(key string) { {{.Recv}}.k.Reset(key) }
 
 // RemoveOverride takes key's override away, if it has one: the key is
@@ -80,10 +89,12 @@ func ({{.Recv}} *{{.Type}}) Reset(key string) { {{.Recv}}.k.Reset(key) }
 // atomically, its state re-expressed in them as SetRate does it (the
 // allowance it held, capped at the limiter's), and follows SetRate again.
 // A Cancel of a booking made before it gives nothing back, on any key, as
-// after Reset.
+// after SetRate.
 func ({{.Recv}} *{{.Type}}) RemoveOverride(key string) { {{.Recv}}.k.setOverride(key, nil, Rate{}, 0) }
 
 var _ inMemory = (*{{.Type}})(nil)
+
+var _ Taker = (*{{.Type}})(nil)
 
 func ({{.Recv}} *{{.Type}}) multiClock() Clock { return {{.Recv}}.k.multiClock() }
 

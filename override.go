@@ -43,8 +43,10 @@ import (
 //     SetRate, each see the state the other left: RemoveOverride
 //     re-expresses the key in the limiter's parameters as they stand under
 //     the mutex, and SetRate changes only keys without a flag.
-//   - Like Reset, a change of override moves the epoch on with the key
-//     held, so a Cancel of a booking made before it gives nothing back.
+//   - A change of override moves the epoch on with the key held, as a
+//     change of rate does, so a Cancel (or a Settle's surplus) of a
+//     booking made before it gives nothing back; a Reset moves the key's
+//     generation on instead (see keyed.resets).
 //   - The table is keyed as the store knows keys: a key longer than the
 //     store tells apart (keystore rule 10) by its prefix. So every
 //     spelling of a key that reaches a flagged slot finds the entry the
@@ -62,13 +64,16 @@ type overrides[P any] struct {
 	// gen is the generation the last override was given; under params.mu.
 	// Overrides take theirs from ovGen0 up, apart from those the limiter's
 	// own parameters count through, so that a state's generation always
-	// names the one set of parameters it was written under.
-	gen uint64
+	// names the one set of parameters it was written under. Generations
+	// are 32 bits, so that a bucket's state stays 24 bytes with the key's
+	// generation beside them: each range holds 2³¹ changes, more than a
+	// run makes.
+	gen uint32
 	n   int // overrides held; under params.mu
 }
 
 // ovGen0 is the first generation of an override's parameters.
-const ovGen0 = 1 << 63
+const ovGen0 = 1 << 31
 
 // ovTable is the overrides, each shard an immutable map replaced whole.
 type ovTable[P any] struct {
@@ -120,7 +125,7 @@ type rebaser[S, P any] interface {
 	rebaseFrom(s *S, from *P, now int64)
 	// withGen returns a copy of the parameters with generation gen, for
 	// an override (a no-op for parameters that carry none).
-	withGen(gen uint64) *P
+	withGen(gen uint32) *P
 }
 
 var (
@@ -171,10 +176,10 @@ func (k *keyed[S, P, A]) storeKey(key string) string {
 // and returns the key's flag: the store's init.
 func (k *keyed[S, P, A]) initKey(s *S, key string, now int64) bool {
 	if e := k.ov.lookup(key); e != nil {
-		A(&e.p).init(s, now)
+		A(&e.p).reset(s, now, k.resets.Load())
 		return true
 	}
-	A(k.ps.p.Load()).init(s, now)
+	A(k.ps.p.Load()).reset(s, now, k.resets.Load())
 	return false
 }
 
@@ -298,7 +303,7 @@ func (k *keyed[S, P, A]) override(key string) (Rate, int, bool) {
 // validates as NewTokenBucket does and returns the same errors, leaving
 // everything unchanged on error. Other keys decide as before, but a Cancel
 // of a booking made before the change gives nothing back on any key, as
-// after Reset.
+// after SetRate.
 //
 // The key keeps the tokens it held at the change, capped at the new
 // capacity, and refills at the new rate from then on, as SetRate does for
@@ -333,7 +338,7 @@ func (tb *TokenBucket) Override(key string) (rate Rate, capacity int, ok bool) {
 // a mix. It validates as NewLeakyBucket does and returns the same errors,
 // leaving everything unchanged on error. Other keys decide as before, but a
 // Cancel of a booking made before the change gives nothing back on any key,
-// as after Reset.
+// as after SetRate.
 //
 // The key keeps its queue, as SetRate keeps every key's: the events booked
 // keep their slots, the next slot starts where the queue ends, spaced at
@@ -368,7 +373,7 @@ func (lb *LeakyBucket) Override(key string) (rate Rate, capacity int, ok bool) {
 // validates as NewFixedWindow does and returns the same errors, leaving
 // everything unchanged on error. Other keys decide as before, but a Cancel
 // of a booking made before the change gives nothing back on any key, as
-// after Reset.
+// after SetRate.
 //
 // The key keeps its window's start and count, as SetRate keeps every
 // key's: the count is held against the new limit, the window closes the
@@ -403,7 +408,7 @@ func (fw *FixedWindow) Override(key string) (rate Rate, ok bool) {
 // validates as NewSlidingLog does and returns the same errors, leaving
 // everything unchanged on error. Other keys decide as before, but a Cancel
 // of a booking made before the change gives nothing back on any key, as
-// after Reset.
+// after SetRate.
 //
 // The key keeps the instants it has logged, counted against the new limit
 // over the new window, as SetRate keeps every key's: its log grows to a
@@ -438,7 +443,7 @@ func (sl *SlidingLog) Override(key string) (rate Rate, ok bool) {
 // validates as NewSlidingWindowCounter does and returns the same errors,
 // leaving everything unchanged on error. Other keys decide as before, but a
 // Cancel of a booking made before the change gives nothing back on any key,
-// as after Reset.
+// as after SetRate.
 //
 // The key keeps its window's start and both counts, weighed against the
 // new limit and length, as SetRate keeps every key's, and a Cancel of a
@@ -478,7 +483,7 @@ func (p *tbParams) rebaseFrom(s *tbState, from *tbParams, now int64) {
 	p.rebaseAt(from, s, now)
 }
 
-func (p *tbParams) withGen(gen uint64) *tbParams {
+func (p *tbParams) withGen(gen uint32) *tbParams {
 	q := *p
 	q.gen = gen
 	return &q
@@ -487,7 +492,7 @@ func (p *tbParams) withGen(gen uint64) *tbParams {
 // rebaseFrom: the queue is kept (adopt).
 func (p *lbParams) rebaseFrom(s *lbState, _ *lbParams, _ int64) { p.adopt(s) }
 
-func (p *lbParams) withGen(gen uint64) *lbParams {
+func (p *lbParams) withGen(gen uint32) *lbParams {
 	q := *p
 	q.gen = gen
 	return &q
@@ -496,10 +501,10 @@ func (p *lbParams) withGen(gen uint64) *lbParams {
 // The windows' states read under any parameters: nothing to do.
 
 func (p *fwParams) rebaseFrom(*fwState, *fwParams, int64) {}
-func (p *fwParams) withGen(uint64) *fwParams              { return p }
+func (p *fwParams) withGen(uint32) *fwParams              { return p }
 
 func (p *slParams) rebaseFrom(*slState, *slParams, int64) {}
-func (p *slParams) withGen(uint64) *slParams              { return p }
+func (p *slParams) withGen(uint32) *slParams              { return p }
 
 func (p *swcParams) rebaseFrom(*swcState, *swcParams, int64) {}
-func (p *swcParams) withGen(uint64) *swcParams               { return p }
+func (p *swcParams) withGen(uint32) *swcParams               { return p }

@@ -154,7 +154,7 @@ func overrideExact[S, P any, A algo[S, P]](k *keyed[S, P, A], keys []string, now
 		if flagged != (e != nil) {
 			return fmt.Errorf("%q: flagged %v, override %v", key, flagged, e != nil)
 		}
-		var gen uint64
+		var gen uint32
 		switch s := any(&s).(type) {
 		case *tbState:
 			gen = s.gen
@@ -163,7 +163,7 @@ func overrideExact[S, P any, A algo[S, P]](k *keyed[S, P, A], keys []string, now
 		default:
 			continue // the windows' states read under any parameters
 		}
-		var want uint64
+		var want uint32
 		switch p := any(k.ps.p.Load()).(type) {
 		case *tbParams:
 			want = p.gen

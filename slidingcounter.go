@@ -42,14 +42,22 @@ import (
 // windows closed by a booking stay closed after it is cancelled. A booking
 // more than 36 years ahead is refused (the Reservation is not OK).
 //
-// The state per key is a window start and two counts, 24 bytes. A clock
-// that moves backwards never frees capacity: within a window an earlier
-// instant gives the previous window more weight, and before the key's
-// window everything conforms no earlier than its start. A key is at rest,
-// and may be dropped by the store without changing any decision at or after
-// that instant, once neither window it counts has weight left: its window
-// has begun and counts nothing (nor does the one before it), its window
-// has passed and counts nothing, or both windows have passed.
+// The state per key is a window start, two counts and the key's generation
+// (see Reset), 32 bytes. A clock that moves backwards never frees capacity:
+// within a window an earlier instant gives the previous window more weight,
+// and before the key's window everything conforms no earlier than its
+// start. A key is at rest, and may be dropped by the store without changing
+// any decision at or after that instant, once neither window it counts has
+// weight left: its window has begun and counts nothing (nor does the one
+// before it), its window has passed and counts nothing, or both windows
+// have passed.
+//
+// Take decides like AllowN and hands back the booking; Reservation.Settle
+// settles it at its actual cost. A surplus comes back, at any time, from
+// the count of the booking's window while the state keeps it (the key's
+// window or the one before). An excess is counted as for FixedWindow, in
+// the key's window at the settlement, carrying beyond L into the windows
+// after, the window before the key's then counting L.
 //
 // SetRate changes the rate at run time; SetOverride gives a key its own
 // (tiers); Reset makes a key start afresh.
@@ -62,9 +70,10 @@ type SlidingWindowCounter struct {
 
 // swcState is a key's window and the counts of it and of the window before.
 type swcState struct {
-	start int64 // start of the key's window, a multiple of W
-	prev  int64 // events counted in the window before it
-	cur   int64 // events counted in it, booked ones included
+	start int64  // start of the key's window, a multiple of W
+	prev  int64  // events counted in the window before it
+	cur   int64  // events counted in it, booked ones included
+	kgen  uint32 // the key's generation (its resets), wrapping at 2³²
 }
 
 // swcParams is a sliding window counter's parameters, immutable once
@@ -134,6 +143,13 @@ func (p *swcParams) max() int64 { return p.limit }
 
 func (p *swcParams) init(s *swcState, now int64) { *s = swcState{start: windowStart(now, p.window)} }
 
+func (p *swcParams) keyGen(s *swcState) uint32 { return s.kgen }
+
+func (p *swcParams) reset(s *swcState, now int64, gen uint32) {
+	p.init(s, now)
+	s.kgen = gen
+}
+
 func (p *swcParams) atRest(s *swcState, now int64) bool {
 	e := now - s.start
 	return e >= 2*p.window || (e >= p.window && s.cur == 0) || (e >= 0 && s.cur == 0 && s.prev == 0)
@@ -199,7 +215,7 @@ func (p *swcParams) admit(s *swcState, now, n, maxWait int64) (b booked, ok bool
 	if delay := act - now; (maxWait >= 0 && delay > maxWait) || delay > maxSpan {
 		return booked{act: act}, false
 	}
-	*s = next
+	s.start, s.prev, s.cur = next.start, next.prev, next.cur
 	return booked{act: act}, true
 }
 
@@ -259,6 +275,37 @@ func (p *swcParams) unstep(s *swcState, n int64, b booked, at int64) {
 		s.cur -= min(n, s.cur)
 	case s.start - p.window:
 		s.prev -= min(n, s.prev)
+	}
+}
+
+// settle: a surplus of k = n − actual events comes back, at any time, from
+// the count of the window the booking was counted in, if the state still
+// keeps it (the key's window or the one before it), as Cancel's. Otherwise
+// it does not come back.
+//
+// An excess of e = actual − n events is counted, with no admission check,
+// in the key's window as it stands at the settlement (the booking's window
+// if it is still current, a later window booked ahead, or else the window
+// of now), as for FixedWindow. A count that then exceeds L carries: the
+// window is full, L events, and the rest goes into the windows after it,
+// L to each, the key's window becoming the last of them with what is left
+// and the one before it counting L. So a debt never vanishes at a window
+// boundary, and the weighted count keeps later requests waiting for all of
+// it. The carry stops at now + 2⁶⁰ ns (about 36.5 years).
+func (p *swcParams) settle(s *swcState, n, actual int64, b booked, now int64, same bool) {
+	switch {
+	case actual < n:
+		if same {
+			p.unstep(s, n-actual, b, b.act)
+		}
+	case actual > n:
+		start, prev, cur := p.current(s, now)
+		var carried bool
+		start, cur, carried = carryWindow(start, cur, actual-n, p.limit, p.window, now)
+		if carried {
+			prev = p.limit
+		}
+		s.start, s.prev, s.cur = start, prev, cur
 	}
 }
 
