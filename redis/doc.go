@@ -91,6 +91,51 @@
 // can read the limiter's clock, sent with each call, instead of TIME: an
 // unexported option that only this package's tests can set.
 //
+// # Changing the rate
+//
+// Each limiter's SetRate changes its parameters at run time with the
+// in-memory type's semantics (see ratelimit.TokenBucket.SetRate and the
+// others): every key from its next decision, a call deciding under either
+// the old parameters or the new ones (read once, from an atomic pointer:
+// no lock on the hot path). The parameters are the limiter's, in the
+// process, not in Redis: an operator changes every instance of a service
+// that shares the keys (each replica's limiter), and until all have, each
+// decides under its own.
+//
+// A bucket's state records the parameters it was written under, as a tag
+// sent with the parameters at every call (no extra argument): a
+// fingerprint of the rate and capacity, a random name of the limiter
+// instance, and how many changes it has made. A decision on a state
+// written under the call's parameters, or by another instance under
+// equal ones, is the usual single round trip. A token bucket's state
+// written by the same limiter under earlier parameters is re-expressed as
+// in memory, through each change at the instant it happened (up to 8
+// earlier parameters are kept): the script replies with the state, the
+// limiter re-expresses it in Go in exact arithmetic, and a second round
+// trip decides on condition the key still holds that state. This happens
+// at most once per key and change. A change's instant is placed on the
+// server's clock by its age on the limiter's clock, so within a round
+// trip of where it happened.
+//
+// A state written by another instance under parameters this one does not
+// know is read soundly, never with more than this limiter's capacity and
+// never letting an event act before a booking it holds: a token bucket is
+// empty until the state's TAT and refills at this limiter's rate from then
+// (full if the TAT has passed: the key is at rest); a leaky bucket keeps
+// its queue, its end rounded up to a whole nanosecond, the places it holds
+// counted against this limiter's capacity; the windows read their starts,
+// counts and instants as they stand, against this limiter's limit and
+// window, as in memory after a change. So while instances disagree, a
+// bucket shared by them lets through no more than the largest of their
+// configurations allows (often less, as each reads the others' states
+// as empty).
+//
+// A key at rest has no state on Redis (its TTL has ended), so at a raise
+// it starts with the new capacity, where an in-memory bucket still held
+// keeps the tokens it had. A Cancel of a booking made before this
+// limiter's change gives nothing back, as in memory; under FailLocal the
+// local limiter changes too, and a deny cache forgets its denials.
+//
 // # Keys and Redis Cluster
 //
 // A user key k is stored under prefix + "{" + k + "}" + a suffix naming the

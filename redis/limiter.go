@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,21 +45,42 @@ type algorithm interface {
 	span() int64
 	// period is how long an empty allowance takes to refill, in ns.
 	period() int64
+	// max is the most events one call may ask for.
+	max() int
+}
+
+// restater is implemented by an algorithm whose script may answer that a
+// key's state was written by this limiter under earlier parameters whose
+// history it needs (the token bucket): restate re-expresses the state's
+// value v in the algorithm's parameters at the server's instant now, sent
+// is the limiter's clock reading the call was made at (the change instants
+// are placed on the server's clock by their age on the local one). It
+// returns the replacement value, as the script reads it.
+type restater interface {
+	restate(v string, now int64, sent time.Time) (string, error)
+}
+
+// setting is a limiter's parameters, swapped whole by SetRate: a call
+// loads it once and uses it throughout.
+type setting struct {
+	alg algorithm
 }
 
 // reply is what every script's step returns:
 // {status, allowed, a, b, retryAfter, resetAfter[, token]}.
 // status is 1 if the step booked, plus 2 if the key held a corrupt value
-// (replaced); a and b are algorithm-specific (what Remaining is computed
+// (replaced), or 4 alone if the key's state was written by this limiter
+// under earlier parameters and the script needs it re-expressed (a and b
+// are then the server's time in s and ns, token the state's value); a and b are algorithm-specific (what Remaining is computed
 // from); the durations are in ns, and retryAfter is also the delay of a
 // booking; token, for bookings only,
 // is what Cancel sends back (the booked instant, and for the token bucket
 // the TAT the booking left).
 type reply struct {
-	ok, allowed, corrupt bool
-	a, b                 int64
-	retry, reset         int64
-	token                string
+	ok, allowed, corrupt, stale bool
+	a, b                        int64
+	retry, reset                int64
+	token                       string
 }
 
 func parseReply(v any) (reply, error) {
@@ -74,7 +96,7 @@ func parseReply(v any) (reply, error) {
 		}
 		ns[i] = x
 	}
-	r := reply{ok: ns[0]&1 == 1, corrupt: ns[0]&2 != 0, allowed: ns[1] == 1, a: ns[2], b: ns[3],
+	r := reply{ok: ns[0]&1 == 1, corrupt: ns[0]&2 != 0, stale: ns[0]&4 != 0, allowed: ns[1] == 1, a: ns[2], b: ns[3],
 		retry: ns[4], reset: ns[5]}
 	if len(vs) == 7 {
 		if r.token, ok = vs[6].(string); !ok {
@@ -122,8 +144,7 @@ func newCaller(client Client, s script, suffix []string, cfg config) (caller, er
 // ratelimit.Limiter over one script.
 type limiter struct {
 	caller
-	alg   algorithm
-	limit int
+	cur   *atomic.Pointer[setting]
 	local ratelimit.Limiter // FailLocal only
 	deny  *denyCache        // nil: off
 	// recover is, under FailLocal, the local clock's Unix ns until which
@@ -131,19 +152,22 @@ type limiter struct {
 	// last failure, as Redis may have come back without the state (a
 	// restart, a failover to a replica that lagged).
 	recover *atomic.Int64
-	// resets counts the Resets this limiter made, twice each: odd while
-	// one is under way. A Cancel gives back only a booking made with no
-	// Reset under way or since, as the in-memory limiters do.
-	resets *atomic.Uint64
+	// epoch counts the Resets and rate changes this limiter made, twice
+	// each: odd while one is under way. A Cancel gives back only a booking
+	// made with neither under way or since, as the in-memory limiters do.
+	epoch *atomic.Uint64
+	mu    *sync.Mutex // serialises rate changes
 }
 
-func newLimiter(client Client, src script, suffix []string, limit int, alg algorithm, cfg config,
+func newLimiter(client Client, src script, suffix []string, alg algorithm, cfg config,
 	newLocal func(opts ...ratelimit.Option) (ratelimit.Limiter, error)) (limiter, error) {
 	c, err := newCaller(client, src, suffix, cfg)
 	if err != nil {
 		return limiter{}, err
 	}
-	l := limiter{caller: c, alg: alg, limit: limit, recover: new(atomic.Int64), resets: new(atomic.Uint64)}
+	l := limiter{caller: c, cur: new(atomic.Pointer[setting]), recover: new(atomic.Int64),
+		epoch: new(atomic.Uint64), mu: new(sync.Mutex)}
+	l.cur.Store(&setting{alg: alg})
 	if cfg.policy == FailLocal {
 		opts := append(cfg.localOpts[:len(cfg.localOpts):len(cfg.localOpts)], ratelimit.WithClock(cfg.clock))
 		local, err := newLocal(opts...)
@@ -189,13 +213,14 @@ func honoursContext(c Client) bool {
 	return false
 }
 
-// Limit returns the most events the limiter allows a key at once.
-func (l *limiter) Limit() int { return l.limit }
+// Limit returns the most events the limiter allows a key at once, under
+// its parameters now.
+func (l *limiter) Limit() int { return l.cur.Load().alg.max() }
 
 // Window returns how long a key's allowance takes to come back from empty
 // to full if nothing more is consumed, as the in-memory limiter of the
 // same kind says (httplimit's RateLimit-Policy w).
-func (l *limiter) Window() time.Duration { return time.Duration(l.alg.period()) }
+func (l *limiter) Window() time.Duration { return time.Duration(l.cur.Load().alg.period()) }
 
 // Allow reports whether one event for key may happen now, and records it
 // if so. When Redis fails it returns the failure policy's answer (false
@@ -214,7 +239,8 @@ func (l *limiter) Allow(key string) bool {
 // FailClosed with an error matching ErrUnavailable, so that a caller (such
 // as httplimit's middleware) can tell an outage from a denial.
 func (l *limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
-	if err := l.validN(n); err != nil {
+	p := l.cur.Load()
+	if err := validN(p, n); err != nil {
 		return ratelimit.Decision{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -240,7 +266,7 @@ func (l *limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Deci
 		}
 		held = res
 	}
-	r, _, err := l.step(ctx, key, n, 0, "s")
+	r, _, err := l.step(ctx, p, key, n, 0, "s")
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			if held != nil {
@@ -251,7 +277,7 @@ func (l *limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Deci
 		l.fail(key, err)
 		switch l.cfg.policy {
 		case FailOpen:
-			return ratelimit.Decision{Allowed: true, Limit: l.limit, Remaining: l.limit - n}, nil
+			return ratelimit.Decision{Allowed: true, Limit: p.alg.max(), Remaining: p.alg.max() - n}, nil
 		case FailClosed:
 			return ratelimit.Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
@@ -260,7 +286,7 @@ func (l *limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Deci
 		}
 		return l.local.AllowN(ctx, key, n)
 	}
-	d := l.alg.decision(&r, int64(n))
+	d := p.alg.decision(&r, int64(n))
 	switch {
 	case held != nil && !r.ok:
 		held.Cancel()
@@ -302,14 +328,15 @@ func (l *limiter) mirror(key string, n int) *ratelimit.Reservation {
 // delay, under FailClosed an error matching ErrUnavailable, under
 // FailLocal the local limiter's.
 func (l *limiter) Reserve(ctx context.Context, key string, n int) (*ratelimit.Reservation, error) {
-	if err := l.validN(n); err != nil {
+	epoch := l.epoch.Load()
+	p := l.cur.Load()
+	if err := validN(p, n); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	epoch := l.resets.Load()
-	r, local, err := l.step(ctx, key, n, -1, "r")
+	r, local, err := l.step(ctx, p, key, n, -1, "r")
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, cerr
@@ -317,14 +344,14 @@ func (l *limiter) Reserve(ctx context.Context, key string, n int) (*ratelimit.Re
 		l.fail(key, err)
 		switch l.cfg.policy {
 		case FailOpen:
-			d := ratelimit.Decision{Allowed: true, Limit: l.limit, Remaining: l.limit - n}
+			d := ratelimit.Decision{Allowed: true, Limit: p.alg.max(), Remaining: p.alg.max() - n}
 			return ratelimit.NewReservation(l.cfg.clock, true, d, l.cfg.clock.Now(), nil), nil
 		case FailClosed:
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		return l.local.Reserve(ctx, key, n)
 	}
-	return l.reservation(key, n, &r, local, epoch), nil
+	return l.reservation(p, key, n, &r, local, epoch), nil
 }
 
 // Wait is shorthand for WaitN(ctx, key, 1).
@@ -343,7 +370,9 @@ func (l *limiter) Wait(ctx context.Context, key string) error { return l.WaitN(c
 // FailOpen returns nil at once, FailClosed an error matching
 // ErrUnavailable, FailLocal waits on the local limiter.
 func (l *limiter) WaitN(ctx context.Context, key string, n int) error {
-	if err := l.validN(n); err != nil {
+	epoch := l.epoch.Load()
+	p := l.cur.Load()
+	if err := validN(p, n); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -357,8 +386,7 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int) error {
 		// A deadline is an instant of real time, whatever our clock.
 		maxWait = max(int64(time.Until(dl)), 0)
 	}
-	epoch := l.resets.Load()
-	r, local, err := l.step(ctx, key, n, maxWait, "r")
+	r, local, err := l.step(ctx, p, key, n, maxWait, "r")
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return cerr
@@ -372,7 +400,7 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int) error {
 		}
 		return l.local.WaitN(ctx, key, n)
 	}
-	res := l.reservation(key, n, &r, local, epoch)
+	res := l.reservation(p, key, n, &r, local, epoch)
 	if !res.OK() {
 		// The deadline caused the refusal only if the events could not
 		// conform within it (not, say, a full leaky-bucket queue that
@@ -417,8 +445,8 @@ func (l *limiter) Reset(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	l.resets.Add(1)
-	defer l.resets.Add(1)
+	l.epoch.Add(1)
+	defer l.epoch.Add(1)
 	if l.local != nil {
 		if r, ok := l.local.(interface{ Reset(string) }); ok {
 			r.Reset(key)
@@ -439,14 +467,43 @@ func (l *limiter) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
+// setRate makes the parameters that next builds from the current ones
+// (at now, on the limiter's clock) the limiter's, or leaves them if next
+// fails; under FailLocal, local then makes the same change on the local
+// limiter (the Redis backend's bounds are the stricter: it cannot fail),
+// and a deny cache forgets its denials, made under the old parameters.
+// The epoch is odd while the change is under way: a booking that
+// overlaps it, or precedes it, is not given back by Cancel.
+func (l *limiter) setRate(next func(old algorithm, now time.Time) (algorithm, error), local func(ratelimit.Limiter) error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a, err := next(l.cur.Load().alg, l.cfg.clock.Now())
+	if err != nil {
+		return err
+	}
+	l.epoch.Add(1)
+	l.cur.Store(&setting{alg: a})
+	l.epoch.Add(1)
+	if l.local != nil {
+		if err := local(l.local); err != nil {
+			return err
+		}
+	}
+	if l.deny != nil {
+		l.deny.clear()
+	}
+	return nil
+}
+
 // reservation turns a step's reply into a Reservation. The time to act is
 // the booked instant: in production, the local time the reply arrived plus
 // the server's delay (never early, at most a round trip late); on a test's
 // clock, the instant the step was sent for plus the delay. epoch is the
-// count of resets read before the step was sent: a booking that a Reset
-// may have overlapped, or that a Reset followed, is not given back.
-func (l *limiter) reservation(key string, n int, r *reply, local int64, epoch uint64) *ratelimit.Reservation {
-	d := l.alg.decision(r, int64(n))
+// count of resets and changes read before the step was sent: a booking
+// that a Reset or SetRate may have overlapped, or that one followed, is
+// not given back.
+func (l *limiter) reservation(p *setting, key string, n int, r *reply, local int64, epoch uint64) *ratelimit.Reservation {
+	d := p.alg.decision(r, int64(n))
 	var act time.Time
 	if l.cfg.clockTime {
 		act = time.Unix(0, local+r.retry)
@@ -460,12 +517,12 @@ func (l *limiter) reservation(key string, n int, r *reply, local int64, epoch ui
 		if l.local != nil {
 			mirrored = l.mirror(key, n)
 		}
-		if epoch&1 != 0 || l.resets.Load() != epoch {
-			epoch = 1 // a Reset overlapped the step: never given back
+		if epoch&1 != 0 || l.epoch.Load() != epoch {
+			epoch = 1 // a Reset or change overlapped the step: never given back
 		}
 		cancel = func(at time.Time) {
-			if l.resets.Load() == epoch {
-				l.unstep(key, n, token, at)
+			if l.epoch.Load() == epoch {
+				l.unstep(p, key, n, token, at)
 			}
 			if mirrored != nil {
 				mirrored.Cancel()
@@ -478,8 +535,9 @@ func (l *limiter) reservation(key string, n int, r *reply, local int64, epoch ui
 // step runs the script's step (op "s", or "r" for a booking that may be
 // cancelled) for n events that must conform within maxWait ns (-1: within
 // the horizon). It returns the reply and the limiter's clock reading sent.
-func (l *limiter) step(ctx context.Context, key string, n int, maxWait int64, op string) (reply, int64, error) {
-	local := l.cfg.clock.Now().UnixNano()
+func (l *limiter) step(ctx context.Context, p *setting, key string, n int, maxWait int64, op string) (reply, int64, error) {
+	sent := l.cfg.clock.Now()
+	local := sent.UnixNano()
 	var args [12]any
 	dst := args[:5]
 	dst[0], dst[1], dst[2], dst[3], dst[4] = op, "", l.pad, n, boxedZero
@@ -491,13 +549,39 @@ func (l *limiter) step(ctx context.Context, key string, n int, maxWait int64, op
 	if l.cfg.clockTime {
 		dst[1] = strconv.FormatInt(local, 10)
 	}
-	v, err := l.eval(ctx, key, l.alg.args(dst, int64(n), local))
+	dst = p.alg.args(dst, int64(n), local)
+	v, err := l.eval(ctx, key, dst)
 	if err != nil {
 		return reply{}, local, err
 	}
 	r, err := parseReply(v)
 	if err != nil {
 		return r, local, err
+	}
+	// The key's state was written under this limiter's earlier
+	// parameters: re-express it (see restater) and decide again, on
+	// condition that the state is still the one re-expressed. Should other
+	// calls keep rewriting it meanwhile (racing rate changes), the third
+	// try asks the script to read it as another instance's state instead,
+	// which needs no history.
+	for try := 0; r.stale; try++ {
+		rs, ok := p.alg.(restater)
+		if !ok || try == 3 {
+			return r, local, errors.New("the key's state was written under other parameters and could not be re-expressed")
+		}
+		cond, rep := "*", ""
+		if try < 2 {
+			if rep, err = rs.restate(r.token, r.a*1e9+r.b, sent); err != nil {
+				return r, local, err
+			}
+			cond = r.token
+		}
+		if v, err = l.eval(ctx, key, append(dst, cond, rep)); err != nil {
+			return reply{}, local, err
+		}
+		if r, err = parseReply(v); err != nil {
+			return r, local, err
+		}
 	}
 	if r.corrupt {
 		l.corrupted(key)
@@ -508,12 +592,12 @@ func (l *limiter) step(ctx context.Context, key string, n int, maxWait int64, op
 // unstep gives back n events booked with the cancel token, if at (on the
 // server's clock, or at itself in tests) has not passed the booked
 // instant.
-func (l *limiter) unstep(key string, n int, token string, at time.Time) {
+func (l *limiter) unstep(p *setting, key string, n int, token string, at time.Time) {
 	args := []any{"u", "", l.pad, n, token}
 	if l.cfg.clockTime {
 		args[1] = strconv.FormatInt(at.UnixNano(), 10)
 	}
-	v, err := l.eval(context.Background(), key, l.alg.args(args, int64(n), at.UnixNano()))
+	v, err := l.eval(context.Background(), key, p.alg.args(args, int64(n), at.UnixNano()))
 	if err != nil {
 		l.fail(key, err)
 		return
@@ -581,7 +665,7 @@ func (l *caller) corrupted(key string) {
 // starts or extends the recovery span.
 func (l *limiter) fail(key string, err error) {
 	if l.local != nil {
-		until := l.cfg.clock.Now().UnixNano() + l.alg.span()
+		until := l.cfg.clock.Now().UnixNano() + l.cur.Load().alg.span()
 		for {
 			old := l.recover.Load()
 			if old >= until || l.recover.CompareAndSwap(old, until) {
@@ -599,12 +683,12 @@ func (l *caller) fail(key string, err error) {
 	}
 }
 
-func (l *limiter) validN(n int) error {
+func validN(p *setting, n int) error {
 	if n < 0 {
 		return fmt.Errorf("%w: %d", ratelimit.ErrNegativeN, n)
 	}
-	if n > l.limit {
-		return fmt.Errorf("%w: %d > %d", ratelimit.ErrExceedsLimit, n, l.limit)
+	if limit := p.alg.max(); n > limit {
+		return fmt.Errorf("%w: %d > %d", ratelimit.ErrExceedsLimit, n, limit)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/ratelimitkit/ratelimit"
 )
@@ -42,18 +43,15 @@ const maxLogLimit = 1 << 20
 // the count exceeds 1,048,576 or the period 35 days, and
 // ratelimit.ErrInvalidOption for a nil client or a bad option.
 func NewSlidingLog(client Client, rate ratelimit.Rate, opts ...Option) (*SlidingLog, error) {
-	if err := windowParams(rate); err != nil {
+	if err := slidingLogParams(rate); err != nil {
 		return nil, err
-	}
-	if rate.N > maxLogLimit {
-		return nil, fmt.Errorf("%w: a sliding log of %d events per key; the limit is %d (use SlidingWindowCounter)", ratelimit.ErrInvalidRate, rate.N, maxLogLimit)
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
 	a := newWindowAlgo(rate.N, int64(rate.Period), int64(horizon), false)
-	l, err := newLimiter(client, slScript, []string{":sl", ":slf"}, int(rate.N), a, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
+	l, err := newLimiter(client, slScript, []string{":sl", ":slf"}, a, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
 		return ratelimit.NewSlidingLog(rate, o...)
 	})
 	if err != nil {
@@ -62,15 +60,50 @@ func NewSlidingLog(client Client, rate ratelimit.Rate, opts ...Option) (*Sliding
 	return &SlidingLog{l}, nil
 }
 
+// SetRate changes the limit and the window's length for every key, from
+// each key's next decision on, as ratelimit.SlidingLog.SetRate does (each
+// key keeps the instants it has logged, counted against the new limit over
+// the new window), and with the same errors as NewSlidingLog, leaving the
+// limiter unchanged on error. A call reads the parameters once: it decides
+// under either the old ones or the new ones.
+//
+// The change is this limiter's, not Redis's: every instance sharing the
+// keys must make it (see the package doc, Changing the rate). A log
+// written under other parameters, this limiter's earlier ones or another
+// instance's, is read as in memory. A Cancel of a booking made before the
+// change gives nothing back. Under FailLocal the local limiter changes
+// too.
+func (sl *SlidingLog) SetRate(rate ratelimit.Rate) error {
+	return sl.setRate(func(old algorithm, _ time.Time) (algorithm, error) {
+		if err := slidingLogParams(rate); err != nil {
+			return nil, err
+		}
+		return old.(*windowAlgo).with(rate), nil
+	}, setLocalRate(rate))
+}
+
+// slidingLogParams checks a rate for the sliding log on Redis.
+func slidingLogParams(rate ratelimit.Rate) error {
+	if err := windowParams(rate); err != nil {
+		return err
+	}
+	if rate.N > maxLogLimit {
+		return fmt.Errorf("%w: a sliding log of %d events per key; the limit is %d (use SlidingWindowCounter)", ratelimit.ErrInvalidRate, rate.N, maxLogLimit)
+	}
+	return nil
+}
+
 // slScript mirrors the core's slParams.admit and unstep. KEYS[1] is the log,
 // KEYS[2] the floor; instants are relative to now. Its replies are the
 // fixed window's; the cancel token is the booked instant. A log or floor
-// the script could not have written (of another type, more than L
+// the script could not have written (of another type, more than 2^20
 // entries, its newest entry or the floor further ahead than a booking
-// goes) is corrupt: the key starts afresh.
+// goes) is corrupt: the key starts afresh. More than L entries are what a
+// lower limit leaves (see SetRate).
 var slScript = script{name: "sl", defs: `
 local W, L, hz, fkey, N, floor, floor0, newest, head, hoff
 local NONE = -2 * FAR -- no floor yet
+local MAXLOG, MAXW = 1048576, 35 * 86400 * E9 -- the most L and W may be
 local HEAD = 16 -- entries read at once from the start of the log
 -- at returns the log's i-th instant (0 the oldest), from the entries read
 -- at the start of the call where it can.
@@ -90,7 +123,7 @@ local function after(t)
 end
 local function remaining(from)
   if from > 0 then return 0 end
-  return L - (N - after(-W))
+  return math.max(L - (N - after(-W)), 0) -- none over a limit lowered since
 end
 local function reset()
   local t = floor
@@ -132,7 +165,7 @@ local function load()
   end
   N = #head
   if N == HEAD then N = redis.call('LLEN', key) end
-  if N > L then return false end
+  if N > MAXLOG then return false end
   newest = NONE
   if N > 0 then
     if N <= HEAD then
@@ -150,7 +183,7 @@ local function load()
   if fv then
     if not string.match(fv, '^%-?%d+$') then return false end
     floor = rel(fv)
-    if floor > hz + W + SKEW then return false end
+    if floor > hz + MAXW + SKEW then return false end
   end
   floor0 = floor
   return true

@@ -39,6 +39,7 @@ func windowStart(t, w int64) int64 {
 // local clock's skew plus up to W), is exact, and so is d + ⌊-d/W⌋·W once
 // corrected by one W for the rounding of the division.
 const luaAlign = `
+local MAXL = 1099511627776 -- 2^40, the most L may be
 local aligned -- align()'s answer in this call; the body sets it to nil
 local function align()
   if aligned then return aligned end
@@ -69,6 +70,20 @@ func newWindowAlgo(limit, window, horizon int64, aligned bool) *windowAlgo {
 	a.boxed.window, a.boxed.limit, a.boxed.horizon = window, limit, horizon
 	return a
 }
+
+// with returns the parameters of rate, aligned as a's.
+func (a *windowAlgo) with(rate ratelimit.Rate) *windowAlgo {
+	return newWindowAlgo(rate.N, int64(rate.Period), a.horizon, a.aligned)
+}
+
+// setLocalRate makes a rate change on a FailLocal limiter of windows.
+func setLocalRate(rate ratelimit.Rate) func(ratelimit.Limiter) error {
+	return func(l ratelimit.Limiter) error {
+		return l.(interface{ SetRate(ratelimit.Rate) error }).SetRate(rate)
+	}
+}
+
+func (a *windowAlgo) max() int { return int(a.limit) }
 
 func (a *windowAlgo) args(dst []any, _, local int64) []any {
 	dst = append(dst, a.boxed.window, a.boxed.limit)
