@@ -2,7 +2,9 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,6 +102,7 @@ func runTrace(t *testing.T, c algoCase, mc *ratelimit.ManualClock, core, rds rat
 	keys := []string{"a", "b", "", "{x}"}
 	type booking struct {
 		key       string
+		n         int
 		core, rds *ratelimit.Reservation
 	}
 	var pending []booking
@@ -108,8 +111,10 @@ func runTrace(t *testing.T, c algoCase, mc *ratelimit.ManualClock, core, rds rat
 	// the boundaries where off-by-one errors live.
 	var lastRetry, lastReset time.Duration
 	lastKey := ""
-	var allowed, denied, booked, refused, cancelled, resets, changes int
+	var allowed, denied, booked, refused, cancelled, resets, changes, taken, settled int
 	limit := limitOf(core) // an earlier trace may have changed it
+	cur := c.params        // the parameters in force
+	most := limit          // the largest limit in force so far
 	// change sets both sides to parameters near the case's own; one the
 	// Redis backend refuses (its bounds are stricter) is skipped.
 	change := func(i int) {
@@ -125,7 +130,8 @@ func runTrace(t *testing.T, c algoCase, mc *ratelimit.ManualClock, core, rds rat
 		if err := setRate(core, c.bucket, p); err != nil {
 			t.Fatalf("step %d: SetRate(%v, %d): redis accepted, core: %v", i, p.rate, p.capacity, err)
 		}
-		limit = limitOf(core)
+		limit, cur = limitOf(core), p
+		most = max(most, limit)
 		if got := limitOf(rds); got != limit {
 			t.Fatalf("step %d: SetRate(%v, %d): Limit() core %d, redis %d", i, p.rate, p.capacity, limit, got)
 		}
@@ -155,7 +161,71 @@ func runTrace(t *testing.T, c algoCase, mc *ratelimit.ManualClock, core, rds rat
 		if rng.IntN(4) == 0 {
 			n = min(1, limit)
 		}
-		switch op := rng.IntN(23); {
+		switch op := rng.IntN(27); {
+		case op == 23 || op == 24:
+			rc, errc := core.(ratelimit.Taker).Take(ctx, key, n)
+			rr, errr := rds.(ratelimit.Taker).Take(ctx, key, n)
+			if errc != nil || errr != nil || rc.OK() != rr.OK() || rc.Decision() != rr.Decision() {
+				t.Fatalf("step %d at +%v: Take(%q, %d): core %v %+v %v, redis %v %+v %v",
+					i, mc.Now().Sub(start), key, n, rc.OK(), rc.Decision(), errc, rr.OK(), rr.Decision(), errr)
+			}
+			if rc.OK() {
+				taken++
+				pending = append(pending, booking{key, n, rc, rr})
+			}
+		case op == 25 || op == 26:
+			if len(pending) == 0 {
+				continue
+			}
+			j := rng.IntN(len(pending))
+			b := pending[j]
+			// Below, at or above the estimate; an excess small enough
+			// that no debt nears the Redis backend's cap (35 days
+			// ahead, where the core's is 36.5 years).
+			actual := b.n
+			switch rng.IntN(3) {
+			case 0:
+				actual = rng.IntN(b.n + 1)
+			case 1:
+				actual = b.n + 1 + rng.IntN(limit+1)
+			}
+			// The in-memory sliding log cannot yet settle an excess on a
+			// log holding more instants than a limit lowered since.
+			if actual > b.n && strings.HasPrefix(c.name, "SlidingLog") && limit < most {
+				actual = b.n
+			}
+			if actual > b.n {
+				d, _ := core.AllowN(ctx, b.key, 0)
+				if d.ResetAfter+debtSpan(c.bucket, cur, actual-b.n) > 20*24*time.Hour {
+					actual = b.n
+				}
+			}
+			if rng.IntN(2) == 0 {
+				mc.Advance(time.Duration(rng.Int64N(int64(c.step)*2 + 1)))
+			}
+			forgetAtRest(t, core, rds, keys)
+			dc, errc := b.core.Settle(actual)
+			dr, errr := b.rds.Settle(actual)
+			if errc != nil || errr != nil || dc != dr {
+				t.Fatalf("step %d at +%v: Settle(%d) of %d on %q: core %+v %v, redis %+v %v",
+					i, mc.Now().Sub(start), actual, b.n, b.key, dc, errc, dr, errr)
+			}
+			// Settled: a second Settle is refused, a Cancel does nothing.
+			_, errc = b.core.Settle(actual)
+			_, errr = b.rds.Settle(actual)
+			if !errors.Is(errc, ratelimit.ErrSettled) || !errors.Is(errr, ratelimit.ErrSettled) {
+				t.Fatalf("step %d: a second Settle: core %v, redis %v", i, errc, errr)
+			}
+			b.core.Cancel()
+			b.rds.Cancel()
+			dc, _ = core.AllowN(ctx, b.key, 0)
+			dr, err := rds.AllowN(ctx, b.key, 0)
+			if err != nil || dc != dr {
+				t.Fatalf("step %d at +%v: peek after Settle and Cancel on %q: core %+v, redis %+v %v",
+					i, mc.Now().Sub(start), b.key, dc, dr, err)
+			}
+			pending = append(pending[:j], pending[j+1:]...)
+			settled++
 		case op == 21:
 			change(i)
 		case op == 22:
@@ -206,7 +276,7 @@ func runTrace(t *testing.T, c algoCase, mc *ratelimit.ManualClock, core, rds rat
 				lastRetry = rc.Decision().RetryAfter
 			}
 			lastReset, lastKey = rc.Decision().ResetAfter, key
-			pending = append(pending, booking{key, rc, rr})
+			pending = append(pending, booking{key, n, rc, rr})
 		case op == 20:
 			// Bookings made before stay taken: their Cancels give nothing
 			// back on either side.
@@ -249,8 +319,8 @@ func runTrace(t *testing.T, c algoCase, mc *ratelimit.ManualClock, core, rds rat
 			}
 		}
 	}
-	t.Logf("%d steps: %d allowed, %d denied, %d booked, %d refused, %d cancelled, %d resets, %d changes",
-		steps, allowed, denied, booked, refused, cancelled, resets, changes)
+	t.Logf("%d steps: %d allowed, %d denied, %d booked, %d refused, %d cancelled, %d resets, %d changes, %d taken, %d settled",
+		steps, allowed, denied, booked, refused, cancelled, resets, changes, taken, settled)
 	// A trace that never allows or never denies tests little.
 	if allowed == 0 || denied == 0 || booked == 0 {
 		t.Errorf("trace too one-sided: %d allowed, %d denied, %d booked", allowed, denied, booked)
@@ -326,3 +396,14 @@ func forgetAtRest(t *testing.T, core, rds ratelimit.Limiter, keys []string) {
 
 // base returns the machinery l embeds (tests).
 func (l *limiter) base() *limiter { return l }
+
+// debtSpan is about how far ahead a debt of e events reaches under p: e
+// intervals for a bucket, the windows it fills (and two more) for a
+// window algorithm.
+func debtSpan(bucket bool, p params, e int) time.Duration {
+	per := time.Duration(int64(p.rate.Period) / p.rate.N)
+	if bucket {
+		return time.Duration(e+1) * (per + 1)
+	}
+	return time.Duration(int64(e)/p.rate.N+2) * p.rate.Period
+}

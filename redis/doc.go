@@ -36,7 +36,8 @@
 // it (7.0 on; SET then PEXPIREAT before). Reservation.Cancel sends one
 // more script, which gives the booking back as the in-memory limiter
 // would (not after it is due; for the buckets, only while no later booking
-// is held). Reset deletes a key's Redis keys in one more script.
+// is held), and Reservation.Settle one more (see Costs settled after the
+// fact). Reset deletes a key's Redis keys in one more script.
 // Redis 3.2 or later is needed (the scripts read TIME before
 // writing); the tests run against Redis 7.
 //
@@ -135,6 +136,27 @@
 // keeps the tokens it had. A Cancel of a booking made before this
 // limiter's change gives nothing back, as in memory; under FailLocal the
 // local limiter changes too, and a deny cache forgets its denials.
+//
+// # Costs settled after the fact
+//
+// Every limiter is a ratelimit.Taker: Take decides like AllowN, in one
+// round trip, and hands back the booking; Reservation.Settle, on a Take's
+// or a Reserve's booking, settles it at its actual cost in one more round
+// trip, by the in-memory algorithm's rules (see ratelimit.Reservation.Settle
+// and each algorithm's doc). A surplus comes back, at any time, only while
+// the booking is what the algorithm's give-back rule needs (a bucket's
+// latest booking, a window still counting it, its instants still in the
+// log), and only if this limiter has made no rate change and no Reset of
+// the key since the booking; an excess is booked as debt on the key, with
+// no admission check, in the parameters now in force. The Decision is
+// the key's after the settlement. A debt is capped where the backend's
+// exact arithmetic ends: a bucket's TAT or a window's carry reaches at
+// most 35 days past the settlement (30 for the sliding window counter),
+// where in memory the cap is 36.5 years; a debt beyond 2^52 events is cut
+// to it. Under FailLocal the local limiter's booking is settled too, and
+// answers when Redis fails; under FailOpen a failed Settle answers as for
+// a key without history, under FailClosed with an error matching
+// ErrUnavailable.
 //
 // # Keys and Redis Cluster
 //

@@ -36,7 +36,10 @@ type FixedWindow struct {
 	limiter
 }
 
-var _ ratelimit.Limiter = (*FixedWindow)(nil)
+var (
+	_ ratelimit.Limiter = (*FixedWindow)(nil)
+	_ ratelimit.Taker   = (*FixedWindow)(nil)
+)
 
 // NewFixedWindow returns a fixed-window limiter on Redis of rate.N events
 // per window of rate.Period, per key. It returns an error matching
@@ -131,6 +134,27 @@ if v then
 end
 local status = 0
 if corrupt then status, v = 2, true end
+
+-- A settlement of the booking at ARGV[5] (see limiter.settle): 'g'
+-- gives a surplus of n events back, at any time, if the key's window is
+-- still the one the booking was counted in; 'd' counts a debt of n events
+-- in the key's window as it stands (the window of now if it has passed),
+-- carried into the windows after it beyond L. Either then replies as a
+-- peek.
+if op == 'g' then
+  local act = rel(ARGV[5])
+  if v and not corrupt and st <= act and act < st + W and (st - align()) % W == 0 then
+    c = c - math.min(n, c)
+    put(st, c)
+  end
+  n = 0
+elseif op == 'd' then
+  if not st or -st >= W then st, c = align(), 0 end
+  st, c = carry(st, c, n)
+  put(st, c)
+  corrupt, v = false, true
+  n = 0
+end
 
 if op == 'u' then
   if corrupt then redis.call('DEL', key); return 2 end

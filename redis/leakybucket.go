@@ -29,7 +29,10 @@ type LeakyBucket struct {
 	limiter
 }
 
-var _ ratelimit.Limiter = (*LeakyBucket)(nil)
+var (
+	_ ratelimit.Limiter = (*LeakyBucket)(nil)
+	_ ratelimit.Taker   = (*LeakyBucket)(nil)
+)
 
 // lbAlgo has the token bucket's parameters, checked by the same code.
 type lbAlgo struct {
@@ -121,6 +124,20 @@ if op == 'u' then
   put(sub(en, ef, nivn, nivf))
   return 1
 end
+
+-- A settlement (see tbScript): 'g' gives a surplus of n places back if
+-- the booking is still the tail of the queue, at any time; 'd' books a
+-- debt of n places at the end of the queue as it stands (even drained).
+-- Either then replies as a peek.
+if op == 'g' and held and not corrupt and not kind and latest() then
+  en, ef = sub(en, ef, nivn, nivf)
+  put(en, ef)
+elseif op == 'd' then
+  en, ef = debt(en, ef)
+  put(en, ef)
+  corrupt = false -- replaced
+end
+if op == 'g' or op == 'd' then n = 0 end
 
 if en < 0 then en, ef = 0, 0 end -- the booking's first slot: max(end, now)
 local delay = ceil(en, ef)

@@ -47,6 +47,9 @@ type algorithm interface {
 	period() int64
 	// max is the most events one call may ask for.
 	max() int
+	// debt bounds a debt of e events to what the script computes with
+	// exactly: no less than what reaches its cap (see limiter.settle).
+	debt(e int) int
 }
 
 // restater is implemented by an algorithm whose script may answer that a
@@ -152,11 +155,43 @@ type limiter struct {
 	// last failure, as Redis may have come back without the state (a
 	// restart, a failover to a replica that lagged).
 	recover *atomic.Int64
-	// epoch counts the Resets and rate changes this limiter made, twice
-	// each: odd while one is under way. A Cancel gives back only a booking
-	// made with neither under way or since, as the in-memory limiters do.
-	epoch *atomic.Uint64
-	mu    *sync.Mutex // serialises rate changes
+	// epoch counts the rate changes this limiter made, twice each: odd
+	// while one is under way; resets counts its Resets the same way, in
+	// one of resetSlots counters chosen by a hash of the key. A Cancel or
+	// Settle gives back only a booking made with neither a change nor a
+	// Reset of its key's slot under way or since, as the in-memory
+	// limiters do (which track Resets per key: a Reset of another key in
+	// the same slot also stops a give-back here, erring on the safe side).
+	epoch  *atomic.Uint64
+	resets *[resetSlots]atomic.Uint64
+	mu     *sync.Mutex // serialises rate changes
+}
+
+// resetSlots is how many counters of Resets a limiter keeps (8 bytes each).
+const resetSlots = 1024
+
+// stamp is what a booking records of the limiter's changes and of its
+// key's Resets, read before it is sent.
+type stamp struct{ epoch, resets uint64 }
+
+// slot returns the counter of Resets of key.
+func (l *limiter) slot(key string) *atomic.Uint64 {
+	h := uint32(2166136261) // FNV-1a
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint32(key[i])) * 16777619
+	}
+	return &l.resets[h%resetSlots]
+}
+
+// stampOf reads the stamp of a booking on key about to be made.
+func (l *limiter) stampOf(key string) stamp {
+	return stamp{l.epoch.Load(), l.slot(key).Load()}
+}
+
+// current reports whether nothing that voids a booking stamped st has
+// happened since, nor was under way then.
+func (l *limiter) current(key string, st stamp) bool {
+	return st.epoch&1 == 0 && st.resets&1 == 0 && l.epoch.Load() == st.epoch && l.slot(key).Load() == st.resets
 }
 
 func newLimiter(client Client, src script, suffix []string, alg algorithm, cfg config,
@@ -166,7 +201,7 @@ func newLimiter(client Client, src script, suffix []string, alg algorithm, cfg c
 		return limiter{}, err
 	}
 	l := limiter{caller: c, cur: new(atomic.Pointer[setting]), recover: new(atomic.Int64),
-		epoch: new(atomic.Uint64), mu: new(sync.Mutex)}
+		epoch: new(atomic.Uint64), resets: new([resetSlots]atomic.Uint64), mu: new(sync.Mutex)}
 	l.cur.Store(&setting{alg: alg})
 	if cfg.policy == FailLocal {
 		opts := append(cfg.localOpts[:len(cfg.localOpts):len(cfg.localOpts)], ratelimit.WithClock(cfg.clock))
@@ -328,7 +363,7 @@ func (l *limiter) mirror(key string, n int) *ratelimit.Reservation {
 // delay, under FailClosed an error matching ErrUnavailable, under
 // FailLocal the local limiter's.
 func (l *limiter) Reserve(ctx context.Context, key string, n int) (*ratelimit.Reservation, error) {
-	epoch := l.epoch.Load()
+	st := l.stampOf(key)
 	p := l.cur.Load()
 	if err := validN(p, n); err != nil {
 		return nil, err
@@ -351,7 +386,7 @@ func (l *limiter) Reserve(ctx context.Context, key string, n int) (*ratelimit.Re
 		}
 		return l.local.Reserve(ctx, key, n)
 	}
-	return l.reservation(p, key, n, &r, local, epoch), nil
+	return l.reservation(p, key, n, &r, local, st, nil), nil
 }
 
 // Wait is shorthand for WaitN(ctx, key, 1).
@@ -370,7 +405,7 @@ func (l *limiter) Wait(ctx context.Context, key string) error { return l.WaitN(c
 // FailOpen returns nil at once, FailClosed an error matching
 // ErrUnavailable, FailLocal waits on the local limiter.
 func (l *limiter) WaitN(ctx context.Context, key string, n int) error {
-	epoch := l.epoch.Load()
+	st := l.stampOf(key)
 	p := l.cur.Load()
 	if err := validN(p, n); err != nil {
 		return err
@@ -400,7 +435,7 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int) error {
 		}
 		return l.local.WaitN(ctx, key, n)
 	}
-	res := l.reservation(p, key, n, &r, local, epoch)
+	res := l.reservation(p, key, n, &r, local, st, nil)
 	if !res.OK() {
 		// The deadline caused the refusal only if the events could not
 		// conform within it (not, say, a full leaky-bucket queue that
@@ -429,13 +464,15 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int) error {
 // FailLocal it also resets the key in the local limiter (whatever Redis
 // answers), and with a deny cache it forgets the key's cached denial.
 //
-// A Cancel of a booking this limiter made before a Reset of any key (or
-// while one was under way) gives nothing back, as in memory. A booking
-// made by another instance is checked by Redis alone, which gives back
-// only the latest booking still held (see each type's Cancel rules): the
-// Reset deleted it, so nothing comes back unless a booking since left
-// exactly the state it left (the same instant, on the server's clock to
-// the microsecond).
+// A Cancel (or a Settle's surplus) of a booking this limiter made on key
+// before the Reset (or while it was under way) gives nothing back, as in
+// memory; bookings on other keys are untouched, but for the keys that
+// share key's counter of Resets (one in 1024, by a hash of the key), whose
+// bookings also give nothing back. A booking made by another instance is
+// checked by Redis alone, which gives back only the latest booking still
+// held (see each type's Cancel rules): the Reset deleted it, so nothing
+// comes back unless a booking since left exactly the state it left (the
+// same instant, on the server's clock to the microsecond).
 //
 // It returns ctx.Err() if ctx ends before Redis answers. When Redis fails
 // it returns an error matching ErrUnavailable under every policy, as the
@@ -445,8 +482,9 @@ func (l *limiter) Reset(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	l.epoch.Add(1)
-	defer l.epoch.Add(1)
+	slot := l.slot(key)
+	slot.Add(1)
+	defer slot.Add(1)
 	if l.local != nil {
 		if r, ok := l.local.(interface{ Reset(string) }); ok {
 			r.Reset(key)
@@ -498,11 +536,13 @@ func (l *limiter) setRate(next func(old algorithm, now time.Time) (algorithm, er
 // reservation turns a step's reply into a Reservation. The time to act is
 // the booked instant: in production, the local time the reply arrived plus
 // the server's delay (never early, at most a round trip late); on a test's
-// clock, the instant the step was sent for plus the delay. epoch is the
-// count of resets and changes read before the step was sent: a booking
-// that a Reset or SetRate may have overlapped, or that one followed, is
-// not given back.
-func (l *limiter) reservation(p *setting, key string, n int, r *reply, local int64, epoch uint64) *ratelimit.Reservation {
+// clock, the instant the step was sent for plus the delay. st is the stamp
+// read before the step was sent: a booking that a Reset of its key or a
+// SetRate may have overlapped, or that one followed, is not given back by
+// Cancel, nor its surplus by Settle. held is the FailLocal limiter's
+// booking of the same events, if the caller made it already; otherwise
+// the booking is mirrored there now.
+func (l *limiter) reservation(p *setting, key string, n int, r *reply, local int64, st stamp, held *ratelimit.Reservation) *ratelimit.Reservation {
 	d := p.alg.decision(r, int64(n))
 	var act time.Time
 	if l.cfg.clockTime {
@@ -510,18 +550,19 @@ func (l *limiter) reservation(p *setting, key string, n int, r *reply, local int
 	} else {
 		act = l.cfg.clock.Now().Add(time.Duration(r.retry))
 	}
+	if !r.ok {
+		return ratelimit.NewReservation(l.cfg.clock, false, d, act, nil)
+	}
+	token := r.token
+	mirrored := held
+	if mirrored == nil && l.local != nil && n > 0 {
+		mirrored = l.mirror(key, n)
+	}
+	void := !l.current(key, st) // a Reset or change overlapped the step: never given back
 	var cancel func(time.Time)
-	if r.ok && n > 0 {
-		token := r.token
-		var mirrored *ratelimit.Reservation
-		if l.local != nil {
-			mirrored = l.mirror(key, n)
-		}
-		if epoch&1 != 0 || l.epoch.Load() != epoch {
-			epoch = 1 // a Reset or change overlapped the step: never given back
-		}
+	if n > 0 {
 		cancel = func(at time.Time) {
-			if l.epoch.Load() == epoch {
+			if !void && l.current(key, st) {
 				l.unstep(p, key, n, token, at)
 			}
 			if mirrored != nil {
@@ -529,23 +570,145 @@ func (l *limiter) reservation(p *setting, key string, n int, r *reply, local int
 			}
 		}
 	}
-	return ratelimit.NewReservation(l.cfg.clock, r.ok, d, act, cancel)
+	res := ratelimit.NewReservation(l.cfg.clock, true, d, act, cancel)
+	return res.SetSettle(func(at time.Time, actual int) (ratelimit.Decision, error) {
+		return l.settle(key, n, actual, token, !void && l.current(key, st), mirrored, at)
+	})
+}
+
+// settle settles n events booked with the cancel token at actual, at at
+// (on the server's clock, or at itself in tests), in one round trip (two
+// if the key's state must first be re-expressed, see step), with the
+// in-memory rules: a surplus comes back only if same (no change of the
+// parameters and no Reset of the key since the booking) and by the
+// algorithm's give-back rule; an excess is booked as debt in the
+// parameters now in force. The Decision is the key's after it, as a peek
+// sees it, with Allowed true and no RetryAfter. Under FailLocal the local
+// booking is settled too, and answers if Redis fails; under FailOpen
+// a failure answers as for a key without history; under FailClosed it is
+// an error matching ErrUnavailable.
+func (l *limiter) settle(key string, n, actual int, token string, same bool, mirrored *ratelimit.Reservation, at time.Time) (ratelimit.Decision, error) {
+	var ld ratelimit.Decision
+	var lerr error = errNoLocal
+	if mirrored != nil {
+		ld, lerr = mirrored.Settle(actual)
+	}
+	p := l.cur.Load()
+	op, d := "s", 0
+	switch {
+	case actual < n && same:
+		op, d = "g", n-actual
+	case actual > n:
+		op, d = "d", p.alg.debt(actual-n)
+	}
+	if op == "s" {
+		token = "0" // a peek: a maximum wait of none
+	}
+	r, _, err := l.call(context.Background(), p, key, op, d, token, at)
+	if err != nil {
+		l.fail(key, err)
+		switch {
+		case l.cfg.policy == FailOpen:
+			return ratelimit.Decision{Allowed: true, Limit: p.alg.max(), Remaining: p.alg.max()}, nil
+		case l.cfg.policy == FailLocal && lerr == nil:
+			return ld, nil
+		}
+		return ratelimit.Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	dec := p.alg.decision(&r, 0)
+	dec.Allowed, dec.RetryAfter = true, 0
+	return dec, nil
+}
+
+var errNoLocal = errors.New("no local booking")
+
+// Take decides n events for key like AllowN, in one round trip, and hands
+// back the booking, so that its cost can be settled later
+// (ratelimit.Taker): the Reservation is OK iff the n events were allowed
+// now and booked. n == 0 is a peek (not OK). Its errors are AllowN's, and
+// so are its answers when Redis fails (under FailLocal, the local
+// limiter's Take). A deny cache is not consulted: a Take always asks
+// Redis.
+func (l *limiter) Take(ctx context.Context, key string, n int) (*ratelimit.Reservation, error) {
+	st := l.stampOf(key)
+	p := l.cur.Load()
+	if err := validN(p, n); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		d, err := l.AllowN(ctx, key, 0)
+		if err != nil {
+			return nil, err
+		}
+		return ratelimit.NewReservation(l.cfg.clock, false, d, l.cfg.clock.Now(), nil), nil
+	}
+	// Just after a failure, the local limiter must allow too.
+	var held *ratelimit.Reservation
+	if l.local != nil && l.cfg.clock.Now().UnixNano() < l.recover.Load() {
+		res, err := l.local.(ratelimit.Taker).Take(ctx, key, n)
+		if err != nil || !res.OK() {
+			return res, err
+		}
+		held = res
+	}
+	r, local, err := l.step(ctx, p, key, n, 0, "r")
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			if held != nil {
+				held.Cancel()
+			}
+			return nil, cerr
+		}
+		l.fail(key, err)
+		switch l.cfg.policy {
+		case FailOpen:
+			d := ratelimit.Decision{Allowed: true, Limit: p.alg.max(), Remaining: p.alg.max() - n}
+			res := ratelimit.NewReservation(l.cfg.clock, true, d, l.cfg.clock.Now(), nil)
+			return res.SetSettle(func(time.Time, int) (ratelimit.Decision, error) {
+				return ratelimit.Decision{Allowed: true, Limit: p.alg.max(), Remaining: p.alg.max()}, nil
+			}), nil
+		case FailClosed:
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		if held != nil {
+			return held, nil
+		}
+		return l.local.(ratelimit.Taker).Take(ctx, key, n)
+	}
+	if !r.ok {
+		if held != nil {
+			held.Cancel()
+		}
+		return ratelimit.NewReservation(l.cfg.clock, false, p.alg.decision(&r, int64(n)), l.cfg.clock.Now(), nil), nil
+	}
+	return l.reservation(p, key, n, &r, local, st, held), nil
 }
 
 // step runs the script's step (op "s", or "r" for a booking that may be
 // cancelled) for n events that must conform within maxWait ns (-1: within
 // the horizon). It returns the reply and the limiter's clock reading sent.
 func (l *limiter) step(ctx context.Context, p *setting, key string, n int, maxWait int64, op string) (reply, int64, error) {
-	sent := l.cfg.clock.Now()
+	arg := boxedZero
+	if maxWait < 0 {
+		arg = boxedMinus1
+	} else if maxWait > 0 {
+		arg = maxWait
+	}
+	return l.call(ctx, p, key, op, n, arg, l.cfg.clock.Now())
+}
+
+// call runs the script's operation op for n with ARGV[5] arg, sent at
+// sent on the limiter's clock, re-expressing the key's state first if the
+// script asks (a token bucket's state written under earlier parameters).
+// It returns the reply and sent in Unix ns.
+func (l *limiter) call(ctx context.Context, p *setting, key, op string, n int, arg any, sent time.Time) (reply, int64, error) {
 	local := sent.UnixNano()
 	var args [12]any
 	dst := args[:5]
-	dst[0], dst[1], dst[2], dst[3], dst[4] = op, "", l.pad, n, boxedZero
-	if maxWait < 0 {
-		dst[4] = boxedMinus1
-	} else if maxWait > 0 {
-		dst[4] = maxWait
-	}
+	dst[0], dst[1], dst[2], dst[3], dst[4] = op, "", l.pad, n, arg
 	if l.cfg.clockTime {
 		dst[1] = strconv.FormatInt(local, 10)
 	}

@@ -33,7 +33,10 @@ type SlidingWindowCounter struct {
 	limiter
 }
 
-var _ ratelimit.Limiter = (*SlidingWindowCounter)(nil)
+var (
+	_ ratelimit.Limiter = (*SlidingWindowCounter)(nil)
+	_ ratelimit.Taker   = (*SlidingWindowCounter)(nil)
+)
 
 // NewSlidingWindowCounter returns a sliding window counter on Redis of
 // rate.N events per sliding window of rate.Period, per key. It returns an
@@ -152,6 +155,38 @@ if v then
 end
 local status = 0
 if corrupt then status, v = 2, true end
+
+-- A settlement of the booking at ARGV[5] (see limiter.settle): 'g'
+-- gives a surplus of n events back, at any time, from the count of the
+-- window the booking was counted in if the state still keeps it; 'd'
+-- counts a debt of n events in the key's window as it stands (as seen at
+-- now), carried into the windows after it beyond L (the one before the
+-- last then counting L). Either then replies as a peek.
+if op == 'g' then
+  local act = rel(ARGV[5])
+  if v and not corrupt and (st - align()) % W == 0 then
+    if st <= act and act < st + W then
+      cur = cur - math.min(n, cur)
+      put(st, prev, cur)
+    elseif st - W <= act and act < st then
+      prev = prev - math.min(n, prev)
+      put(st, prev, cur)
+    end
+  end
+  n = 0
+elseif op == 'd' then
+  if not st or -st >= 2 * W then
+    st, prev, cur = align(), 0, 0
+  elseif -st >= W then
+    st, prev, cur = st + W, cur, 0
+  end
+  local carried
+  st, cur, carried = carry(st, cur, n)
+  if carried then prev = L end
+  put(st, prev, cur)
+  corrupt, v = false, true
+  n = 0
+end
 
 if op == 'u' then
   if corrupt then redis.call('DEL', key); return 2 end

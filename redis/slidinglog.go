@@ -32,7 +32,10 @@ type SlidingLog struct {
 	limiter
 }
 
-var _ ratelimit.Limiter = (*SlidingLog)(nil)
+var (
+	_ ratelimit.Limiter = (*SlidingLog)(nil)
+	_ ratelimit.Taker   = (*SlidingLog)(nil)
+)
 
 // maxLogLimit is the in-memory SlidingLog's bound on L.
 const maxLogLimit = 1 << 20
@@ -138,6 +141,7 @@ local function store()
   local r = reset()
   if r == 0 then
     redis.call('DEL', key, fkey)
+    N, head, hoff, newest = 0, {}, 0, NONE -- as empty: nothing left counts
     return
   end
   if N > 0 then expire(key, r) end
@@ -199,6 +203,61 @@ end
 local status = 0
 if corrupt then status = 2 end
 
+-- A settlement of the booking at ARGV[5] (see limiter.settle): 'g'
+-- removes up to n of its instants from the log, at any time; 'd' logs n
+-- more instants at its time to act, in order, keeping the newest L (those
+-- dropped raise the floor, as for a booking). Either then replies as a
+-- peek.
+if op == 'g' then
+  if N > 0 then
+    local m = redis.call('LREM', key, -n, ARGV[5])
+    if m > 0 then
+      N, head, hoff = N - m, {}, 0
+      newest = NONE
+      if N > 0 then newest = at(N - 1) end
+      store()
+    end
+  end
+  n = 0
+elseif op == 'd' then
+  local t = rel(ARGV[5])
+  local m = math.min(n, L)
+  if n > L then floor = math.max(floor, t + W) end
+  local i = after(t) -- the new instants go before the first later than t
+  local over = N + m - L
+  if over > 0 then
+    local d = math.min(over, i)
+    drop(d)
+    i = i - d
+    if over - d > 0 then -- the oldest of the merged log are copies of t
+      m = m - (over - d)
+      floor = math.max(floor, t + W)
+    end
+  end
+  if m > 0 then
+    local later = {}
+    if i < N then
+      later = redis.call('LRANGE', key, i, -1)
+      if i == 0 then redis.call('DEL', key) else redis.call('LTRIM', key, 0, i - 1) end
+    end
+    local vals = {}
+    for j = 1, math.min(m, 1000) do vals[j] = ARGV[5] end
+    local left = m
+    while left > 0 do
+      local k = math.min(left, 1000)
+      redis.call('RPUSH', key, unpack(vals, 1, k))
+      left = left - k
+    end
+    for j = 1, #later, 1000 do
+      redis.call('RPUSH', key, unpack(later, j, math.min(j + 999, #later)))
+    end
+    if i == N then newest = t end
+    N, head, hoff = N + m, {}, 0
+  end
+  store()
+  n = 0
+end
+
 if op == 'u' then
   if corrupt then return 2 end
   local act = rel(ARGV[5])
@@ -213,7 +272,10 @@ if op == 'u' then
 end
 
 local from = math.max(0, floor, newest)
-if n == 0 then return {status + 1, 1, remaining(from), 0, 0, reset()} end
+if n == 0 then
+  if op == 'r' then return {status + 1, 1, remaining(from), 0, 0, reset(), abs(0)} end
+  return {status + 1, 1, remaining(from), 0, 0, reset()}
+end
 local act = from
 local j = N - (L - n) - 1
 if j >= 0 then act = math.max(act, at(j) + W) end

@@ -56,7 +56,10 @@ type TokenBucket struct {
 	limiter
 }
 
-var _ ratelimit.Limiter = (*TokenBucket)(nil)
+var (
+	_ ratelimit.Limiter = (*TokenBucket)(nil)
+	_ ratelimit.Taker   = (*TokenBucket)(nil)
+)
 
 type tbAlgo struct {
 	iv       exact.Interval
@@ -203,6 +206,13 @@ func newNonce() string {
 }
 
 func (a *tbAlgo) max() int { return int(a.capacity) }
+
+// debt bounds a debt: the intervals in 60 days, and one more, take a TAT
+// from no earlier than 25 days back past the cap of a debt (35 days
+// ahead), and stay exact in Lua (below 104 days).
+func (a *tbAlgo) debt(e int) int {
+	return int(min(int64(e), a.iv.Count(exact.Time{Ns: int64(60 * 24 * time.Hour)})+1))
+}
 
 // restate re-expresses a state the script found written under earlier
 // parameters of this limiter, "<TAT, Unix ns> <numerator> <tag>", in a's,
@@ -383,11 +393,25 @@ end
 -- cancellable reports whether the booking of the cancel token ARGV[5],
 -- "<act> <end ns> <end numerator>", is not yet due (its act has not
 -- passed) and is the latest still held: the key's instant (tn, tf, read
--- by get_instant) is still the end it left.
+-- by get_instant) is still the end it left; latest, whether it is the
+-- latest, due or not.
 local tn, tf
 local function cancellable()
   local a, es, ef = string.match(ARGV[5], '^(%-?%d+) (%-?%d+) (%d+)$')
   return a ~= nil and rel(a) >= 0 and rel(es) == tn and tonumber(ef) == tf
+end
+local function latest()
+  local a, es, ef = string.match(ARGV[5], '^(%-?%d+) (%-?%d+) (%d+)$')
+  return a ~= nil and rel(es) == tn and tonumber(ef) == tf
+end
+
+-- debt returns the instant (sn, sf) moved on n intervals (nivn, nivf), a
+-- debt booked with no admission check, but never beyond MAXSPAN ahead of
+-- now (what lies beyond is forgiven); an instant already beyond stays.
+local function debt(sn, sf)
+  if sn >= MAXSPAN then return sn, sf end
+  if le(nivn, nivf, MAXSPAN - sn - 1, 0) then return add(sn, sf, nivn, nivf) end
+  return MAXSPAN, 0
 end
 
 -- restated reads, for a state written by this limiter under earlier
@@ -477,6 +501,17 @@ if op == 'u' then
   return 1
 end
 
+-- A settlement of the booking of the cancel token ARGV[5] (see
+-- limiter.settle): 'g' gives a surplus of n tokens back, at any time, if
+-- the booking is still the latest held, under these parameters; 'd'
+-- books a debt of n tokens from the TAT as it stands (even passed), once
+-- the state is in these parameters. Either then replies as a peek.
+local settling = op == 'g' or op == 'd'
+if op == 'g' and held and not corrupt and not kind and latest() then
+  tn, tf = sub(tn, tf, nivn, nivf)
+  put(tn, tf)
+end
+
 if kind == 'own' and ARGV[8] == '*' then
   kind = 'other' -- the caller gave up re-expressing it (see limiter.step)
 elseif kind == 'own' then
@@ -491,8 +526,18 @@ if kind == 'other' then
   -- until its TAT, then refilling at this rate (full if it has passed).
   if le(tn, tf, 0, 0) then tn, tf = 0, 0 else tn, tf = ceil(tn, tf) + taun, tauf end
 end
+if op == 'd' then
+  tn, tf = debt(tn, tf)
+  put(tn, tf)
+  corrupt = false -- replaced
+end
 
-local maxwait = tonumber(ARGV[5])
+local maxwait = 0
+if settling then
+  n, nivn, nivf, niv_s = 0, 0, 0, nil
+else
+  maxwait = tonumber(ARGV[5])
+end
 if maxwait < 0 or maxwait > hz then maxwait = hz end
 if tn < 0 then tn, tf = 0, 0 end -- base = max(TAT, now)
 local xn, xf = add(tn, tf, nivn, nivf)
