@@ -115,6 +115,16 @@ func runTrace(t *testing.T, c algoCase, mc *ratelimit.ManualClock, core, rds rat
 	limit := limitOf(core) // an earlier trace may have changed it
 	cur := c.params        // the parameters in force
 	most := limit          // the largest limit in force so far
+	// The keys' overrides' limits, where the core has overrides (every
+	// Redis limiter has them).
+	own := map[string]int{}
+	_, overrides := core.(interface{ RemoveOverride(string) })
+	keyLimit := func(k string) int {
+		if l, ok := own[k]; ok {
+			return l
+		}
+		return limit
+	}
 	// change sets both sides to parameters near the case's own; one the
 	// Redis backend refuses (its bounds are stricter) is skipped.
 	change := func(i int) {
@@ -157,11 +167,32 @@ func runTrace(t *testing.T, c algoCase, mc *ratelimit.ManualClock, core, rds rat
 		default:
 			mc.Advance(time.Duration(rng.Int64N(1000))) // a few ns
 		}
-		n := rng.IntN(limit + 1)
+		n := rng.IntN(keyLimit(key) + 1)
 		if rng.IntN(4) == 0 {
-			n = min(1, limit)
+			n = min(1, keyLimit(key))
 		}
-		switch op := rng.IntN(27); {
+		switch op := rng.IntN(28); {
+		case op == 27:
+			if !overrides {
+				continue
+			}
+			if rng.IntN(3) == 0 {
+				core.(interface{ RemoveOverride(string) }).RemoveOverride(key)
+				rds.(interface{ RemoveOverride(string) }).RemoveOverride(key)
+				delete(own, key)
+				continue
+			}
+			p := variant(rng, c)
+			if err := setOverride(rds, c.bucket, key, p); err != nil {
+				continue // refused by the backend's stricter bounds
+			}
+			if err := setOverride(core, c.bucket, key, p); err != nil {
+				t.Fatalf("step %d: SetOverride(%q, %v, %d): redis accepted, core: %v", i, key, p.rate, p.capacity, err)
+			}
+			own[key] = p.capacity
+			if !c.bucket {
+				own[key] = int(p.rate.N)
+			}
 		case op == 23 || op == 24:
 			rc, errc := core.(ratelimit.Taker).Take(ctx, key, n)
 			rr, errr := rds.(ratelimit.Taker).Take(ctx, key, n)
@@ -191,7 +222,7 @@ func runTrace(t *testing.T, c algoCase, mc *ratelimit.ManualClock, core, rds rat
 			}
 			// The in-memory sliding log cannot yet settle an excess on a
 			// log holding more instants than a limit lowered since.
-			if actual > b.n && strings.HasPrefix(c.name, "SlidingLog") && limit < most {
+			if actual > b.n && strings.HasPrefix(c.name, "SlidingLog") && (limit < most || len(own) > 0) {
 				actual = b.n
 			}
 			if actual > b.n {
@@ -288,7 +319,7 @@ func runTrace(t *testing.T, c algoCase, mc *ratelimit.ManualClock, core, rds rat
 			}
 			dc, _ := core.AllowN(ctx, key, 0)
 			dr, err := rds.AllowN(ctx, key, 0)
-			if err != nil || dc != dr || dc.Remaining != limit {
+			if err != nil || dc != dr || dc.Remaining != keyLimit(key) {
 				t.Fatalf("step %d at +%v: peek after Reset of %q: core %+v, redis %+v %v",
 					i, mc.Now().Sub(start), key, dc, dr, err)
 			}
@@ -406,4 +437,16 @@ func debtSpan(bucket bool, p params, e int) time.Duration {
 		return time.Duration(e+1) * (per + 1)
 	}
 	return time.Duration(int64(e)/p.rate.N+2) * p.rate.Period
+}
+
+// setOverride gives key the parameters p on l, in memory or on Redis.
+func setOverride(l ratelimit.Limiter, bucket bool, key string, p params) error {
+	if bucket {
+		return l.(interface {
+			SetOverride(string, ratelimit.Rate, int) error
+		}).SetOverride(key, p.rate, p.capacity)
+	}
+	return l.(interface {
+		SetOverride(string, ratelimit.Rate) error
+	}).SetOverride(key, p.rate)
 }

@@ -67,6 +67,9 @@ type restater interface {
 // loads it once and uses it throughout.
 type setting struct {
 	alg algorithm
+	// An override's rate and capacity (see SetOverride), as given.
+	rate     ratelimit.Rate
+	capacity int
 }
 
 // reply is what every script's step returns:
@@ -164,7 +167,8 @@ type limiter struct {
 	// the same slot also stops a give-back here, erring on the safe side).
 	epoch  *atomic.Uint64
 	resets *[resetSlots]atomic.Uint64
-	mu     *sync.Mutex // serialises rate changes
+	mu     *sync.Mutex // serialises rate changes and overrides
+	ov     *overrides
 }
 
 // resetSlots is how many counters of Resets a limiter keeps (8 bytes each).
@@ -201,7 +205,7 @@ func newLimiter(client Client, src script, suffix []string, alg algorithm, cfg c
 		return limiter{}, err
 	}
 	l := limiter{caller: c, cur: new(atomic.Pointer[setting]), recover: new(atomic.Int64),
-		epoch: new(atomic.Uint64), resets: new([resetSlots]atomic.Uint64), mu: new(sync.Mutex)}
+		epoch: new(atomic.Uint64), resets: new([resetSlots]atomic.Uint64), mu: new(sync.Mutex), ov: new(overrides)}
 	l.cur.Store(&setting{alg: alg})
 	if cfg.policy == FailLocal {
 		opts := append(cfg.localOpts[:len(cfg.localOpts):len(cfg.localOpts)], ratelimit.WithClock(cfg.clock))
@@ -274,7 +278,7 @@ func (l *limiter) Allow(key string) bool {
 // FailClosed with an error matching ErrUnavailable, so that a caller (such
 // as httplimit's middleware) can tell an outage from a denial.
 func (l *limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
-	p := l.cur.Load()
+	p := l.params(key)
 	if err := validN(p, n); err != nil {
 		return ratelimit.Decision{}, err
 	}
@@ -364,7 +368,7 @@ func (l *limiter) mirror(key string, n int) *ratelimit.Reservation {
 // FailLocal the local limiter's.
 func (l *limiter) Reserve(ctx context.Context, key string, n int) (*ratelimit.Reservation, error) {
 	st := l.stampOf(key)
-	p := l.cur.Load()
+	p := l.params(key)
 	if err := validN(p, n); err != nil {
 		return nil, err
 	}
@@ -406,7 +410,7 @@ func (l *limiter) Wait(ctx context.Context, key string) error { return l.WaitN(c
 // ErrUnavailable, FailLocal waits on the local limiter.
 func (l *limiter) WaitN(ctx context.Context, key string, n int) error {
 	st := l.stampOf(key)
-	p := l.cur.Load()
+	p := l.params(key)
 	if err := validN(p, n); err != nil {
 		return err
 	}
@@ -593,7 +597,7 @@ func (l *limiter) settle(key string, n, actual int, token string, same bool, mir
 	if mirrored != nil {
 		ld, lerr = mirrored.Settle(actual)
 	}
-	p := l.cur.Load()
+	p := l.params(key)
 	op, d := "s", 0
 	switch {
 	case actual < n && same:
@@ -631,7 +635,7 @@ var errNoLocal = errors.New("no local booking")
 // Redis.
 func (l *limiter) Take(ctx context.Context, key string, n int) (*ratelimit.Reservation, error) {
 	st := l.stampOf(key)
-	p := l.cur.Load()
+	p := l.params(key)
 	if err := validN(p, n); err != nil {
 		return nil, err
 	}

@@ -77,11 +77,12 @@ type tbAlgo struct {
 	// holds up to maxHist of the parameters before them, oldest first,
 	// each with hist nil, so that a state written under any of them can
 	// be re-expressed (see restate). The leaky bucket keeps no history.
-	tag   string
-	nonce string
-	gen   uint64
-	since time.Time
-	hist  []*tbAlgo
+	tag    string
+	nonce  string
+	gen    uint64
+	since  time.Time
+	hist   []*tbAlgo
+	ghosts *ghosts // the limiter's removed overrides (see override.go)
 }
 
 // maxHist is how many earlier parameters a token bucket keeps, as in
@@ -111,6 +112,7 @@ func NewTokenBucket(client Client, rate ratelimit.Rate, capacity int, opts ...Op
 	if err != nil {
 		return nil, err
 	}
+	a.ghosts = &l.ov.ghosts
 	return &TokenBucket{l}, nil
 }
 
@@ -184,7 +186,7 @@ func (a *tbAlgo) name(nonce string, gen uint64) {
 // many earlier parameters to remember.
 func (a *tbAlgo) succeed(old *tbAlgo, since time.Time, keep int) {
 	a.name(old.nonce, old.gen+1)
-	a.since = since
+	a.since, a.ghosts = since, old.ghosts
 	if keep == 0 {
 		return
 	}
@@ -235,11 +237,30 @@ func (a *tbAlgo) restate(v string, now int64, sent time.Time) (string, error) {
 		return "", fmt.Errorf("unexpected state %q", v)
 	}
 	s := exact.Time{Ns: ns, Fr: fr}
-	at := func(b *tbAlgo) int64 { return min(now-int64(sent.Sub(b.since)), now) }
+	when := func(t time.Time) int64 { return min(now-int64(sent.Sub(t)), now) }
+	at := func(b *tbAlgo) int64 { return when(b.since) }
 	h := a.hist
 	i := len(h) - 1
 	for i >= 0 && h[i].tag != f[2] {
 		i--
+	}
+	// A state written under an override removed since: re-expressed into
+	// the limiter's parameters at the removal, then replayed from there.
+	if g, ok := a.ghosts.find(f[2]); i < 0 && ok && fr < g.a.iv.Den {
+		if g.to == a.gen && (len(h) == 0 || h[len(h)-1].gen != g.to) {
+			s = a.rebase(g.a, s, when(g.since))
+			return fmt.Sprintf("%d %d", s.Ns, s.Fr), nil
+		}
+		for j := len(h) - 1; j >= 0; j-- {
+			if h[j].gen == g.to && h[j].nonce == a.nonce && h[j].gen < ovGen0 {
+				s = h[j].rebase(g.a, s, when(g.since))
+				for k := j + 1; k < len(h); k++ {
+					s = h[k].rebase(h[k-1], s, at(h[k]))
+				}
+				s = a.rebase(h[len(h)-1], s, at(a))
+				return fmt.Sprintf("%d %d", s.Ns, s.Fr), nil
+			}
+		}
 	}
 	switch {
 	case i >= 0 && fr >= h[i].iv.Den:
