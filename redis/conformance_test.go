@@ -111,19 +111,28 @@ func runTrace(t *testing.T, c algoCase, mc *ratelimit.ManualClock, core, rds rat
 	// the boundaries where off-by-one errors live.
 	var lastRetry, lastReset time.Duration
 	lastKey := ""
-	var allowed, denied, booked, refused, cancelled, resets, changes, taken, settled int
+	var allowed, denied, booked, refused, cancelled, resets, changes, taken, settled, overridden int
 	limit := limitOf(core) // an earlier trace may have changed it
 	cur := c.params        // the parameters in force
 	most := limit          // the largest limit in force so far
 	// The keys' overrides' limits, where the core has overrides (every
 	// Redis limiter has them).
-	own := map[string]int{}
+	own := map[string]params{}
 	_, overrides := core.(interface{ RemoveOverride(string) })
 	keyLimit := func(k string) int {
-		if l, ok := own[k]; ok {
-			return l
+		if p, ok := own[k]; ok {
+			if c.bucket {
+				return p.capacity
+			}
+			return int(p.rate.N)
 		}
 		return limit
+	}
+	keyParams := func(k string) params {
+		if p, ok := own[k]; ok {
+			return p
+		}
+		return cur
 	}
 	// change sets both sides to parameters near the case's own; one the
 	// Redis backend refuses (its bounds are stricter) is skipped.
@@ -176,6 +185,7 @@ func runTrace(t *testing.T, c algoCase, mc *ratelimit.ManualClock, core, rds rat
 			if !overrides {
 				continue
 			}
+			forgetAtRest(t, core, rds, keys) // as for SetRate
 			if rng.IntN(3) == 0 {
 				core.(interface{ RemoveOverride(string) }).RemoveOverride(key)
 				rds.(interface{ RemoveOverride(string) }).RemoveOverride(key)
@@ -189,10 +199,8 @@ func runTrace(t *testing.T, c algoCase, mc *ratelimit.ManualClock, core, rds rat
 			if err := setOverride(core, c.bucket, key, p); err != nil {
 				t.Fatalf("step %d: SetOverride(%q, %v, %d): redis accepted, core: %v", i, key, p.rate, p.capacity, err)
 			}
-			own[key] = p.capacity
-			if !c.bucket {
-				own[key] = int(p.rate.N)
-			}
+			overridden++
+			own[key] = p
 		case op == 23 || op == 24:
 			rc, errc := core.(ratelimit.Taker).Take(ctx, key, n)
 			rr, errr := rds.(ratelimit.Taker).Take(ctx, key, n)
@@ -203,6 +211,8 @@ func runTrace(t *testing.T, c algoCase, mc *ratelimit.ManualClock, core, rds rat
 			if rc.OK() {
 				taken++
 				pending = append(pending, booking{key, n, rc, rr})
+			} else if n > 0 {
+				denied++
 			}
 		case op == 25 || op == 26:
 			if len(pending) == 0 {
@@ -227,7 +237,7 @@ func runTrace(t *testing.T, c algoCase, mc *ratelimit.ManualClock, core, rds rat
 			}
 			if actual > b.n {
 				d, _ := core.AllowN(ctx, b.key, 0)
-				if d.ResetAfter+debtSpan(c.bucket, cur, actual-b.n) > 20*24*time.Hour {
+				if d.ResetAfter+debtSpan(c.bucket, keyParams(b.key), actual-b.n) > 20*24*time.Hour {
 					actual = b.n
 				}
 			}
@@ -350,8 +360,8 @@ func runTrace(t *testing.T, c algoCase, mc *ratelimit.ManualClock, core, rds rat
 			}
 		}
 	}
-	t.Logf("%d steps: %d allowed, %d denied, %d booked, %d refused, %d cancelled, %d resets, %d changes, %d taken, %d settled",
-		steps, allowed, denied, booked, refused, cancelled, resets, changes, taken, settled)
+	t.Logf("%d steps: %d allowed, %d denied, %d booked, %d refused, %d cancelled, %d resets, %d changes, %d taken, %d settled, %d overrides",
+		steps, allowed, denied, booked, refused, cancelled, resets, changes, taken, settled, overridden)
 	// A trace that never allows or never denies tests little.
 	if allowed == 0 || denied == 0 || booked == 0 {
 		t.Errorf("trace too one-sided: %d allowed, %d denied, %d booked", allowed, denied, booked)
