@@ -137,6 +137,22 @@
 // limiter's change gives nothing back, as in memory; under FailLocal the
 // local limiter changes too, and a deny cache forgets its denials.
 //
+// # Per-key overrides
+//
+// SetOverride gives a key (a paying customer's tier) a rate and capacity
+// of its own, RemoveOverride takes it away and Override reports it, with
+// the in-memory types' semantics: the key's state is re-expressed by the
+// rule SetRate follows, at the instant of the change; a later SetRate
+// leaves the key alone; its Decisions carry its own Limit, and n up to its
+// own limit is accepted. Like SetRate, an override is the limiter's, in
+// the process: every instance sharing the keys must set it. A call looks
+// its key up in the limiter's table (only once the limiter has had an
+// override; a map lookup beside a round trip) and sends the key's own
+// parameters; a token bucket's state left under the parameters a change
+// replaced is re-expressed at its next decision, as after SetRate (a
+// second round trip, once). The table is copied at each change: it is
+// meant for a modest number of keys.
+//
 // # Costs settled after the fact
 //
 // Every limiter is a ratelimit.Taker: Take decides like AllowN, in one
