@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -216,6 +217,7 @@ func TestSettleBehaviour(t *testing.T) {
 		{"SettleAfterReset", testSettleAfterReset},
 		{"SettleAfterResetAndDrop", testSettleAfterResetAndDrop},
 		{"SettleAfterSetRate", testSettleAfterSetRate},
+		{"SettleHugeDebt", testSettleHugeDebt},
 	}
 	for _, alg := range algorithms {
 		t.Run(alg.name, func(t *testing.T) {
@@ -480,5 +482,33 @@ func TestCompositesCannotSettle(t *testing.T) {
 	}
 	if _, ok := any(sh).(Taker); ok {
 		t.Fatal("Shadow is a Taker, but Taker's doc says it is not")
+	}
+}
+
+// testSettleHugeDebt: a settlement at the largest int books a debt capped
+// 2⁶⁰ ns (36.5 years) ahead, without overflow: the key stays closed for
+// years (the sliding log, whose debt is instants at the booking's time,
+// for one window), and the Decision says so.
+func testSettleHugeDebt(t *testing.T, alg algorithm) {
+	lim, clk := newSuiteLimiter(t, alg)
+	r := suiteTake(t, lim, "k", 1)
+	d := mustSettle(t, r, math.MaxInt)
+	if d.Remaining != 0 || d.ResetAfter <= 0 || d.ResetAfter > time.Duration(maxSpan)+2*suitePeriod {
+		t.Fatalf("after a debt of MaxInt: %+v, want Remaining 0 and ResetAfter within 2⁶⁰ns", d)
+	}
+	open := 24 * time.Hour * 365 * 36
+	if alg.name == "SlidingLog" {
+		open = suitePeriod
+	}
+	clk.Advance(open - time.Nanosecond)
+	if lim.Allow("k") {
+		t.Fatalf("allowed %v after a debt of MaxInt", open-time.Nanosecond)
+	}
+	other := suiteTake(t, lim, "j", 1) // the cap is per key: another key is untouched
+	if !other.OK() {
+		t.Fatal("another key refused")
+	}
+	if _, err := other.Settle(math.MaxInt); err != nil {
+		t.Fatal(err)
 	}
 }
