@@ -2,6 +2,7 @@ package redis
 
 import (
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -137,6 +138,33 @@ func TestSettleFailurePolicies(t *testing.T) {
 		case FailClosed:
 			if !errors.Is(err, ErrUnavailable) {
 				t.Errorf("%v: Settle with Redis down: %+v %v, want ErrUnavailable", p, d, err)
+			}
+		}
+	}
+}
+
+// TestSettleHugeDebt: a debt of the largest int is capped where the
+// backend's exact arithmetic ends (35 days past the settlement; 30 for
+// the sliding window counter; a sliding log closes the key for W), with no
+// error (a window's ResetAfter then reaches up to two windows past its
+// capped start), and the key decides on from there.
+func TestSettleHugeDebt(t *testing.T) {
+	client := newClient(t, redisAddr(t), true)
+	for _, a := range testAlgorithms {
+		for _, p := range a.conformance {
+			c := a.conformanceCase(p)
+			mc := ratelimit.NewManualClock(start)
+			_, rds := pairFor(t, c, mc, client)
+			r, err := rds.(ratelimit.Taker).Take(bg, "k", 1)
+			if err != nil || !r.OK() {
+				t.Fatalf("%s: Take: %+v %v", c.name, r, err)
+			}
+			d, err := r.Settle(math.MaxInt)
+			if err != nil || !d.Allowed || d.Remaining != 0 || d.ResetAfter <= 0 || d.ResetAfter > 35*24*time.Hour+2*p.rate.Period+c.step {
+				t.Errorf("%s: Settle(MaxInt) = %+v %v", c.name, d, err)
+			}
+			if d, err := rds.AllowN(bg, "k", 1); err != nil || d.Allowed {
+				t.Errorf("%s: after a huge debt: %+v %v", c.name, d, err)
 			}
 		}
 	}
