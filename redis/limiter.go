@@ -383,8 +383,7 @@ func (l *limiter) Reserve(ctx context.Context, key string, n int) (*ratelimit.Re
 		l.fail(key, err)
 		switch l.cfg.policy {
 		case FailOpen:
-			d := ratelimit.Decision{Allowed: true, Limit: p.alg.max(), Remaining: p.alg.max() - n}
-			return ratelimit.NewReservation(l.cfg.clock, true, d, l.cfg.clock.Now(), nil), nil
+			return l.openReservation(p, n), nil
 		case FailClosed:
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
@@ -626,6 +625,17 @@ func (l *limiter) settle(key string, n, actual int, token string, same bool, mir
 
 var errNoLocal = errors.New("no local booking")
 
+// openReservation is FailOpen's booking of n events: OK at once, as for a
+// key without history, and settled as one (nothing is recorded).
+func (l *limiter) openReservation(p *setting, n int) *ratelimit.Reservation {
+	limit := p.alg.max()
+	d := ratelimit.Decision{Allowed: true, Limit: limit, Remaining: limit - n}
+	res := ratelimit.NewReservation(l.cfg.clock, true, d, l.cfg.clock.Now(), nil)
+	return res.SetSettle(func(time.Time, int) (ratelimit.Decision, error) {
+		return ratelimit.Decision{Allowed: true, Limit: limit, Remaining: limit}, nil
+	})
+}
+
 // Take decides n events for key like AllowN, in one round trip, and hands
 // back the booking, so that its cost can be settled later
 // (ratelimit.Taker): the Reservation is OK iff the n events were allowed
@@ -669,11 +679,7 @@ func (l *limiter) Take(ctx context.Context, key string, n int) (*ratelimit.Reser
 		l.fail(key, err)
 		switch l.cfg.policy {
 		case FailOpen:
-			d := ratelimit.Decision{Allowed: true, Limit: p.alg.max(), Remaining: p.alg.max() - n}
-			res := ratelimit.NewReservation(l.cfg.clock, true, d, l.cfg.clock.Now(), nil)
-			return res.SetSettle(func(time.Time, int) (ratelimit.Decision, error) {
-				return ratelimit.Decision{Allowed: true, Limit: p.alg.max(), Remaining: p.alg.max()}, nil
-			}), nil
+			return l.openReservation(p, n), nil
 		case FailClosed:
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
