@@ -512,3 +512,35 @@ func testSettleHugeDebt(t *testing.T, alg algorithm) {
 		t.Fatal(err)
 	}
 }
+
+// TestSettleUnderOverride: a key with an override settles under its own
+// parameters: a Take above the limiter's capacity but within the key's,
+// its surplus back in the key's units, its debt in them too; and a change
+// of the override voids the surplus of bookings made before it.
+func TestSettleUnderOverride(t *testing.T) {
+	for _, alg := range algorithms {
+		t.Run(alg.name, func(t *testing.T) {
+			lim, _ := newSuiteLimiter(t, alg)
+			if err := alg.setOverride(lim, "vip", Per(10*suiteLimit, suitePeriod), 10*suiteLimit); err != nil {
+				t.Fatal(err)
+			}
+			r := suiteTake(t, lim, "vip", 5*suiteLimit)
+			if !r.OK() {
+				t.Fatalf("Take(%d) within the override: %+v", 5*suiteLimit, r.Decision())
+			}
+			ref, _ := newLimiterAt(t, alg, 10*suiteLimit)
+			suiteAllowN(t, ref, "vip", 1)
+			if d, want := mustSettle(t, r, 1), suitePeek(t, ref, "vip"); d != want {
+				t.Fatalf("Settle(1) under the override: %+v, want %+v", d, want)
+			}
+			r = suiteReserve(t, lim, "vip", 2)
+			if err := alg.setOverride(lim, "vip", Per(20*suiteLimit, suitePeriod), 20*suiteLimit); err != nil {
+				t.Fatal(err)
+			}
+			before := suitePeek(t, lim, "vip")
+			if d := mustSettle(t, r, 0); d != before {
+				t.Fatalf("Settle(0) after SetOverride: %+v, want %+v (nothing back)", d, before)
+			}
+		})
+	}
+}
