@@ -357,7 +357,9 @@ func (p *slParams) insert(s *slState, t, e int64) {
 		p.drop(s, d)
 		i -= d
 		if rest := over - d; rest > 0 { // the oldest of the merged log are copies of t
-			m -= rest
+			// A log longer than a limit lowered since may be full of
+			// later instants alone: then every copy of t drops out.
+			m -= min(rest, m)
 			s.floor = max(s.floor, t+p.window)
 		}
 	}
