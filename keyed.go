@@ -99,9 +99,15 @@ type keyed[S, P any, A algo[S, P]] struct {
 	// reads the counter, which that Reset moved on, so it is in neither
 	// the bookings' generation nor any generation before. (A key dropped
 	// at rest with no Reset holds no booking that could give anything
-	// back: each ended by the time it was at rest.)
+	// back: each ended by the time it was at rest.) A key evicted at the
+	// cap, not at rest, may hold bookings still pending: the eviction
+	// moves the counter on too (evicted), so that the key, set up again,
+	// is in a generation none of them was made in.
 	resets atomic.Uint32
 }
+
+// evicted is the store's Evicted: a key not at rest was dropped.
+func (k *keyed[S, P, A]) evicted() { k.resets.Add(1) }
 
 // params holds a limiter's parameters, swapped whole by a change at run
 // time. A decision loads p once, with its key's slot lock held, so that
@@ -128,7 +134,7 @@ func (k *keyed[S, P, A]) setup(p *P, opts []Option) error {
 	}
 	k.nc, k.obs = newNanoClock(cfg.clock), newObserved(&cfg)
 	k.ps.p.Store(p)
-	k.st = keystore.New(keystore.Config{Shards: cfg.shards, MaxKeys: cfg.maxKeys}, k.initKey, k.keyAtRest)
+	k.st = keystore.New(keystore.Config{Shards: cfg.shards, MaxKeys: cfg.maxKeys, Evicted: k.evicted}, k.initKey, k.keyAtRest)
 	if cfg.sweepInterval > 0 {
 		st, nc := k.st, k.nc
 		k.sw = startSweeper(cfg.sweepInterval, nc.clock, func() { st.Sweep(nc.now()) })

@@ -39,7 +39,9 @@
 //     state is lost: it starts afresh. That is fine for a rate (a
 //     forgotten client gets at most one fresh allowance) and wrong for a
 //     count that must balance, such as permits in flight: that is why
-//     KeyedBulkhead keeps its own map.
+//     KeyedBulkhead keeps its own map. Config.Evicted is told of each
+//     such drop, so that the caller can tell the key, set up again, from
+//     the one it lost.
 //  6. A peek creates no key: Take with create false steps a scratch state
 //     of the shard's, set up by init, and stores nothing.
 //  7. A key set up after the clock went back starts no earlier than the

@@ -22,6 +22,10 @@ type Config struct {
 	// MaxKeyLen is the longest key told apart (rule 10); 0, or more than
 	// an arena holds, means as long as an arena holds. Tests set it low.
 	MaxKeyLen int
+	// Evicted, if not nil, is called each time a key not at rest is
+	// dropped to make room (rule 5), under its shard's mutex: it must be
+	// quick and must not call the store.
+	Evicted func()
 }
 
 // Stats describes a store.
@@ -47,6 +51,7 @@ type Store[S any] struct {
 	maxKeyLen   int    // the longest key told apart: arenaMax less room for its length
 	init        func(s *S, key string, now int64) bool
 	atRest      func(s *S, flagged bool, key []byte, now int64) bool
+	evicted     func() // nil: none (Config.Evicted)
 }
 
 type shard[S any] struct {
@@ -190,6 +195,7 @@ func New[S any](cfg Config, init func(s *S, key string, now int64) bool, atRest 
 		maxKeyLen:   keyLen,
 		init:        init,
 		atRest:      atRest,
+		evicted:     cfg.Evicted,
 	}
 }
 
@@ -708,6 +714,9 @@ func (st *Store[S]) evictOne(sh *shard[S], now int64) {
 			sh.probed += probes
 			sh.deleteAt(t, i)
 			sh.evictedLRU++
+			if st.evicted != nil {
+				st.evicted()
+			}
 			return
 		}
 		sl.unlock(sh, w&^refBit)
