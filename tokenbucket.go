@@ -288,7 +288,7 @@ func (p *tbParams) admit(s *tbState, now, n, maxWait int64) (b booked, ok bool) 
 	}
 	full := ftime{Ns: now + p.tau.Ns, Fr: p.tau.Fr} // TAT of an empty bucket
 	act := now
-	if !next.NotAfter(full) {
+	if n > 0 && !next.NotAfter(full) { // a peek takes nothing: it conforms now, whatever is booked ahead
 		act += p.iv.Diff(next, full).CeilNs() // next - tau, rounded up
 	}
 	if delay := act - now; (maxWait >= 0 && delay > maxWait) || delay > maxSpan {

@@ -563,7 +563,8 @@ if maxwait < 0 or maxwait > hz then maxwait = hz end
 if tn < 0 then tn, tf = 0, 0 end -- base = max(TAT, now)
 local xn, xf = add(tn, tf, nivn, nivf)
 local delay = 0
-if not le(xn, xf, taun, tauf) then delay = ceil(sub(xn, xf, taun, tauf)) end
+-- A peek takes nothing: it conforms now, whatever is booked ahead.
+if n > 0 and not le(xn, xf, taun, tauf) then delay = ceil(sub(xn, xf, taun, tauf)) end
 if delay > maxwait then
   if corrupt then redis.call('DEL', key) end
   local rn, rf = sub(taun, tauf, tn, tf)
