@@ -96,6 +96,7 @@ type config struct {
 	busyCode  codes.Code                                                // ConcurrencyLimit: ResourceExhausted
 	busyFor   time.Duration                                             // ConcurrencyLimit: 1s
 	busyWait  bool                                                      // ConcurrencyLimit: TryAcquire
+	cost      func(ctx context.Context, fullMethod string) int          // RateLimit, RulesLimit: 1 a call
 	optErrors []string
 	uses      []optionUse
 }
@@ -162,10 +163,12 @@ func WithoutMetadata() Option {
 }
 
 // WithErrorHandler replaces the error returned for a call that could not
-// be decided: its key function failed (an error matching ErrNoKey) or the
-// limiter failed while failing closed. The default returns
-// codes.PermissionDenied for a call without a key and codes.Unavailable
-// for a limiter failure. f should return a status error. RateLimit and
+// be decided: its key function failed (an error matching ErrNoKey), its
+// cost cannot be charged (ErrInvalidCost, see WithCost) or the limiter
+// failed while failing closed. The default returns codes.PermissionDenied
+// for a call without a key, codes.Internal for a negative cost,
+// codes.ResourceExhausted without RetryInfo for a cost above the limit,
+// and codes.Unavailable for a limiter failure. f should return a status error. RateLimit and
 // RulesLimit read it, and any constructor with WithMessages.
 func WithErrorHandler(f func(ctx context.Context, fullMethod string, err error) error) Option {
 	return func(c *config) { c.onError = f; c.use("WithErrorHandler", forRate|forRules, true) }
@@ -178,6 +181,91 @@ func WithErrorHandler(f func(ctx context.Context, fullMethod string, err error) 
 // RateLimit and RulesLimit read it, and any constructor with WithMessages.
 func WithFailOpen(report func(ctx context.Context, fullMethod string, err error)) Option {
 	return func(c *config) { c.failOpen, c.report = true, report; c.use("WithFailOpen", forRate|forRules, true) }
+}
+
+// WithCost makes RateLimit and RulesLimit charge f(ctx, fullMethod)
+// events for a call, and for a stream when it opens, instead of one: a
+// call charged by the rows it asks for, by the size of what it fetches.
+// RulesLimit charges the one cost under every rule of the method, all or
+// nothing. The metadata describes the key's state after the charge.
+// WithMessages still takes one event per message.
+//
+// f is called once per call that is not exempt and has a key; it must
+// not block, and it runs before the handler, so it may read the incoming
+// metadata but not the request message. The interceptor charges exactly
+// what f returns, so f must bound any cost the client can name (as
+// metadata). What each value does:
+//
+//   - 1 or more, up to the limit (for rules, the smallest Burst of the
+//     method's rules): charged, all or nothing; a denial is the usual
+//     ResourceExhausted with RetryInfo.
+//   - 0: the call is free, even when the key is exhausted; the metadata
+//     shows the key's state as it stands. A client that can make f return
+//     0 is not limited at all: return at least 1 unless the call really
+//     costs nothing.
+//   - More than the limit: the call could never be allowed. It is refused
+//     through the error handler with an error matching ErrInvalidCost and
+//     ratelimit.ErrExceedsLimit, by default codes.ResourceExhausted
+//     without RetryInfo (retrying cannot help).
+//   - Negative: f is wrong. The call is refused through the error handler
+//     with an error matching ErrInvalidCost and ratelimit.ErrNegativeN, by
+//     default codes.Internal.
+//
+// A refused cost is never let through by WithFailOpen.
+//
+// With a limiter that implements ratelimit.Taker, the charge is a booking
+// that the handler may settle at the actual cost with Settle.
+func WithCost(f func(ctx context.Context, fullMethod string) int) Option {
+	return func(c *config) { c.cost = f; c.use("WithCost", forRate|forRules, false) }
+}
+
+// ErrInvalidCost means the WithCost function gave a call a cost the limit
+// cannot charge: a negative one (the error also matches
+// ratelimit.ErrNegativeN) or one more than the limit allows at once
+// (ratelimit.ErrExceedsLimit). The call is refused through the error
+// handler; WithFailOpen does not apply to it.
+var ErrInvalidCost = errors.New("grpclimit: the call's cost cannot be charged")
+
+// costError is the error of a call whose cost cannot be charged: it
+// matches ErrInvalidCost and the limiter's error.
+type costError struct {
+	cost int
+	err  error // ratelimit.ErrNegativeN or ratelimit.ErrExceedsLimit
+}
+
+func (e *costError) Error() string {
+	n := strconv.Itoa(e.cost)
+	if errors.Is(e.err, ratelimit.ErrNegativeN) {
+		return "grpclimit: the cost function returned a negative cost, " + n
+	}
+	return "grpclimit: a call cost of " + n + " is more than the limit allows at once"
+}
+
+func (e *costError) Unwrap() []error { return []error{ErrInvalidCost, e.err} }
+
+// costOf returns the cost of a call: 1, or WithCost's, with the error for
+// a negative one.
+func (c *config) costOf(ctx context.Context, method string) (int, error) {
+	if c.cost == nil {
+		return 1, nil
+	}
+	n := c.cost(ctx, method)
+	if n < 0 {
+		return n, &costError{cost: n, err: ratelimit.ErrNegativeN}
+	}
+	return n, nil
+}
+
+// costFailed returns the error for a charge of n that the limiter refused
+// because of its cost, and false for any other error.
+func (c *config) costFailed(ctx context.Context, method string, n int, err error) (error, bool) {
+	switch {
+	case errors.Is(err, ratelimit.ErrNegativeN):
+		return c.onError(ctx, method, &costError{cost: n, err: ratelimit.ErrNegativeN}), true
+	case errors.Is(err, ratelimit.ErrExceedsLimit):
+		return c.onError(ctx, method, &costError{cost: n, err: ratelimit.ErrExceedsLimit}), true
+	}
+	return err, false
 }
 
 // WithMessages limits the messages a client sends on a stream, in
@@ -308,8 +396,8 @@ type classView struct {
 	needUser, needIP bool
 }
 
-// RateLimit returns a ServerLimit that takes one event of lim for each
-// call, and for each stream when it opens, under the key of WithKey
+// RateLimit returns a ServerLimit that takes one event of lim (WithCost:
+// the call's cost) for each call, and for each stream when it opens, under the key of WithKey
 // (default: the client's address). A denied call gets
 // codes.ResourceExhausted with RetryInfo and QuotaFailure details. A call
 // whose key cannot be determined, and, unless WithFailOpen, one whose
@@ -462,8 +550,15 @@ func (s *ServerLimit) checkLimiter(ctx context.Context, method string, header fu
 	if err != nil {
 		return c.onError(ctx, method, err)
 	}
-	d, err := s.lim.AllowN(ctx, key, 1)
+	n, err := c.costOf(ctx, method)
 	if err != nil {
+		return c.onError(ctx, method, err)
+	}
+	d, err := s.lim.AllowN(ctx, key, n)
+	if err != nil {
+		if cerr, ok := c.costFailed(ctx, method, n, err); ok {
+			return cerr
+		}
 		return s.failed(ctx, method, err)
 	}
 	if !d.Allowed || c.metadata {
@@ -531,8 +626,15 @@ func (s *ServerLimit) checkRules(ctx context.Context, method string, header func
 	if (rv.exemptIP || rv.exemptUser) && cv.set.Exempt(who) {
 		return nil // exempt: nothing recorded, no metadata
 	}
-	d, err := cv.set.Check(ctx, who, 1)
+	n, err := c.costOf(ctx, method)
 	if err != nil {
+		return c.onError(ctx, method, err)
+	}
+	d, err := cv.set.Check(ctx, who, n)
+	if err != nil {
+		if cerr, ok := c.costFailed(ctx, method, n, err); ok {
+			return cerr
+		}
 		return s.failed(ctx, method, err)
 	}
 	i := d.Strictest()
@@ -614,8 +716,13 @@ func rateMetadata(policy, item string, d ratelimit.Decision, retry time.Duration
 }
 
 func defaultError(_ context.Context, _ string, err error) error {
-	if errors.Is(err, ErrNoKey) {
+	switch {
+	case errors.Is(err, ErrNoKey):
 		return status.Error(codes.PermissionDenied, "grpclimit: the call has no rate-limit key")
+	case errors.Is(err, ErrInvalidCost) && errors.Is(err, ratelimit.ErrExceedsLimit):
+		return status.Error(codes.ResourceExhausted, err.Error()) // no RetryInfo: it can never pass
+	case errors.Is(err, ErrInvalidCost):
+		return status.Error(codes.Internal, err.Error())
 	}
 	return status.Error(codes.Unavailable, "grpclimit: rate limiter unavailable")
 }

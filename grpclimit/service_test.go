@@ -32,12 +32,14 @@ type echo struct {
 	gate    chan struct{} // if not nil, Say waits for it to be closed or sent to
 	entered chan struct{} // if not nil, Say signals it on entry
 	fail    error         // if not nil, Say returns it
+	// work, if not nil, runs in Say after the gate; its error is returned.
+	work func(ctx context.Context, in string) error
 }
 
 func (e *echo) say(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 	e.mu.Lock()
 	e.calls++
-	gate, entered, fail := e.gate, e.entered, e.fail
+	gate, entered, fail, work := e.gate, e.entered, e.fail, e.work
 	e.mu.Unlock()
 	if entered != nil {
 		entered <- struct{}{}
@@ -51,6 +53,11 @@ func (e *echo) say(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb
 	}
 	if fail != nil {
 		return nil, fail
+	}
+	if work != nil {
+		if err := work(ctx, in.GetValue()); err != nil {
+			return nil, err
+		}
 	}
 	return in, nil
 }

@@ -50,8 +50,9 @@ type Denial struct {
 type DeniedFunc func(w http.ResponseWriter, r *http.Request, d Denial)
 
 // ErrorFunc writes the response to a request the middleware could not
-// decide: its key function failed (an error matching ErrNoKey) or the
-// limiter failed (a remote backend unreachable) while failing closed.
+// decide: its key function failed (an error matching ErrNoKey), its cost
+// cannot be charged (ErrInvalidCost), or the limiter failed (a remote
+// backend unreachable) while failing closed.
 type ErrorFunc func(w http.ResponseWriter, r *http.Request, err error)
 
 // The options of this package say, by their type, which middleware reads
@@ -73,8 +74,9 @@ type ConcurrencyOption interface {
 	applyConcurrency(*concurrencyConfig)
 }
 
-// A ResponseOption configures how Middleware and RulesMiddleware answer:
-// the headers, the denied and error responses, the failure policy.
+// A ResponseOption configures what Middleware and RulesMiddleware share:
+// how they answer (the headers, the denied and error responses, the
+// failure policy), whom they exempt, and what a request costs.
 type ResponseOption interface {
 	LimitOption
 	RulesOption
@@ -100,6 +102,7 @@ type response struct {
 	ip       KeyFunc                    // ByIP()
 	user     KeyFunc                    // none
 	exempt   exempt                     // none
+	cost     func(*http.Request) int    // none: 1 event a request
 }
 
 func newResponse() response { return response{headers: IETFHeaders} }
@@ -324,8 +327,11 @@ func WithProblemJSON() CommonOption { return problemOption{} }
 // WithErrorHandler replaces the response to a request the middleware could
 // not decide. The default answers 403 Forbidden to a request without a key
 // (ErrNoKey), 500 Internal Server Error to one without a class
-// (ErrNoClass), and 503 Service Unavailable with Retry-After: 1 to a
-// limiter error.
+// (ErrNoClass) or with a negative cost (ErrInvalidCost), 429 Too Many
+// Requests without Retry-After to one that costs more than the limit
+// allows at once (ErrInvalidCost and ratelimit.ErrExceedsLimit; see
+// WithCost), and 503 Service Unavailable with Retry-After: 1 to a limiter
+// error.
 func WithErrorHandler(f ErrorFunc) ResponseOption {
 	return responseOption(func(c *response) { c.onError = f })
 }
@@ -359,7 +365,8 @@ func WithRetryAfter(d time.Duration) ConcurrencyOption {
 }
 
 // Middleware returns middleware that limits each request by lim under the
-// key of WithKey (default: the client's IP address), one event a request.
+// key of WithKey (default: the client's IP address), one event a request
+// or, with WithCost, the request's cost.
 //
 // An allowed request gets the rate-limit headers (WithHeaders) and goes on
 // to the next handler. A denied one gets them, Retry-After (the Decision's
@@ -439,8 +446,19 @@ func (m *limitMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 		c.undecided(w, r, next, err, false)
 		return
 	}
-	d, err := m.lim.AllowN(r.Context(), key, 1)
+	n := 1
+	if c.cost != nil {
+		if n = c.cost(r); n < 0 {
+			c.onError(w, r, &costError{cost: n, err: ratelimit.ErrNegativeN})
+			return
+		}
+	}
+	d, err := m.lim.AllowN(r.Context(), key, n)
 	if err != nil {
+		if cerr, ok := asCostError(n, err); ok {
+			c.onError(w, r, cerr)
+			return
+		}
 		c.undecided(w, r, next, err, true)
 		return
 	}
@@ -720,8 +738,19 @@ func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 		next.ServeHTTP(w, r)
 		return
 	}
-	d, err := cv.set.Check(r.Context(), who, 1)
+	n := 1
+	if c.cost != nil {
+		if n = c.cost(r); n < 0 {
+			c.onError(w, r, &costError{cost: n, err: ratelimit.ErrNegativeN})
+			return
+		}
+	}
+	d, err := cv.set.Check(r.Context(), who, n)
 	if err != nil {
+		if cerr, ok := asCostError(n, err); ok {
+			c.onError(w, r, cerr)
+			return
+		}
 		c.undecided(w, r, next, err, true)
 		return
 	}
@@ -815,19 +844,30 @@ func deniedProblem(w http.ResponseWriter, r *http.Request, d Denial) {
 }
 
 // defaultError returns the default error handler: 403 for a request
-// without a key, 500 for one without a class (a misconfiguration, logged
-// once by logf: a flood of such requests must not flood the log), 503 for
-// a limiter that failed.
+// without a key, 500 for one without a class or with a negative cost (a
+// misconfiguration, logged once by logf: a flood of such requests must not
+// flood the log), 429 without Retry-After for a cost above the limit
+// (logged once too), 503 for a limiter that failed.
 func defaultError(logf func(string)) ErrorFunc {
-	var once sync.Once
+	var noClass, negative, tooLarge sync.Once
+	logOnce := func(once *sync.Once, r *http.Request, err error, status int) {
+		once.Do(func() {
+			logf(fmt.Sprintf("%v (%s %.100q): refused with %d; later such requests are refused without a log line", err, r.Method, r.URL.Path, status))
+		})
+	}
 	return func(w http.ResponseWriter, r *http.Request, err error) {
 		switch {
 		case errors.Is(err, ErrNoKey):
 			http.Error(w, "forbidden: the request has no rate-limit key", http.StatusForbidden)
 		case errors.Is(err, ErrNoClass):
-			once.Do(func() {
-				logf(fmt.Sprintf("%v (%s %.100q): refused with 500; later such requests are refused without a log line", err, r.Method, r.URL.Path))
-			})
+			logOnce(&noClass, r, err, http.StatusInternalServerError)
+			http.Error(w, "internal server error: the rate limit for this request is misconfigured", http.StatusInternalServerError)
+		case errors.Is(err, ErrInvalidCost) && errors.Is(err, ratelimit.ErrExceedsLimit):
+			// It can never pass: a Retry-After would only invite retries.
+			logOnce(&tooLarge, r, err, http.StatusTooManyRequests)
+			http.Error(w, "too many requests: this request costs more than the limit allows at once", http.StatusTooManyRequests)
+		case errors.Is(err, ErrInvalidCost):
+			logOnce(&negative, r, err, http.StatusInternalServerError)
 			http.Error(w, "internal server error: the rate limit for this request is misconfigured", http.StatusInternalServerError)
 		default:
 			// A limiter that failed (a remote backend down) is an outage,
