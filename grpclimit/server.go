@@ -31,6 +31,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/httplimit"
+	"github.com/ratelimitkit/ratelimit/internal/charge"
 	"github.com/ratelimitkit/ratelimit/internal/field"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -243,31 +244,6 @@ func (e *costError) Error() string {
 
 func (e *costError) Unwrap() []error { return []error{ErrInvalidCost, e.err} }
 
-// costOf returns the cost of a call: 1, or WithCost's, with the error for
-// a negative one.
-func (c *config) costOf(ctx context.Context, method string) (int, error) {
-	if c.cost == nil {
-		return 1, nil
-	}
-	n := c.cost(ctx, method)
-	if n < 0 {
-		return n, &costError{cost: n, err: ratelimit.ErrNegativeN}
-	}
-	return n, nil
-}
-
-// costFailed returns the error for a charge of n that the limiter refused
-// because of its cost, and false for any other error.
-func (c *config) costFailed(ctx context.Context, method string, n int, err error) (error, bool) {
-	switch {
-	case errors.Is(err, ratelimit.ErrNegativeN):
-		return c.onError(ctx, method, &costError{cost: n, err: ratelimit.ErrNegativeN}), true
-	case errors.Is(err, ratelimit.ErrExceedsLimit):
-		return c.onError(ctx, method, &costError{cost: n, err: ratelimit.ErrExceedsLimit}), true
-	}
-	return err, false
-}
-
 // WithMessages limits the messages a client sends on a stream, in
 // addition to the stream's opening: each message the handler receives
 // takes one event of lim under the stream's key (WithKey's, for every
@@ -329,6 +305,7 @@ type ServerLimit struct {
 	conc  Concurrency
 
 	// RateLimit
+	taker  ratelimit.Taker // lim, if WithCost is given and lim can book for Settle
 	names  []string
 	item   string
 	policy atomic.Pointer[cachedPolicy]
@@ -394,6 +371,9 @@ type classView struct {
 	items            []string // names as sf-strings
 	policy           string   // ratelimit-policy value
 	needUser, needIP bool
+	// limits holds rule i's limiter as a Taker (its Key to fill in), for
+	// WithCost's bookings; nil if some rule's limiter is no Taker.
+	limits []charge.Limit
 }
 
 // RateLimit returns a ServerLimit that takes one event of lim (WithCost:
@@ -408,7 +388,11 @@ func RateLimit(lim ratelimit.Limiter, opts ...Option) *ServerLimit {
 		panic("grpclimit: RateLimit with a nil limiter")
 	}
 	c := newConfig(forRate, "RateLimit", opts)
-	return &ServerLimit{cfg: c, lim: lim, names: []string{c.name}, item: field.String(c.name)}
+	s := &ServerLimit{cfg: c, lim: lim, names: []string{c.name}, item: field.String(c.name)}
+	if c.cost != nil {
+		s.taker, _ = lim.(ratelimit.Taker)
+	}
+	return s
 }
 
 // RulesLimit returns a ServerLimit that checks each call against rules,
@@ -463,7 +447,11 @@ func ConcurrencyLimit(c Concurrency, opts ...Option) *ServerLimit {
 func newClassView(set *ratelimit.RuleSet) *classView {
 	cv := &classView{set: set, rules: set.Rules()}
 	var policy []string
+	canTake := true
 	for _, r := range cv.rules {
+		t, ok := r.Limiter.(ratelimit.Taker)
+		canTake = canTake && ok
+		cv.limits = append(cv.limits, charge.Limit{Taker: t, Shadow: r.Shadow})
 		item := field.String(r.Name)
 		cv.items = append(cv.items, item)
 		policy = append(policy, field.PolicyItem(item, r.Burst, r.Window()))
@@ -471,17 +459,25 @@ func newClassView(set *ratelimit.RuleSet) *classView {
 		cv.needIP = cv.needIP || r.Scope == ratelimit.PerIP
 	}
 	cv.policy = strings.Join(policy, ", ")
+	if !canTake {
+		cv.limits = nil
+	}
 	return cv
 }
 
 // Unary is a grpc.UnaryServerInterceptor.
 func (s *ServerLimit) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	release, err := s.admit(ctx, info.FullMethod, func(md metadata.MD) { grpc.SetHeader(ctx, md) })
+	release, ch, err := s.admit(ctx, info.FullMethod, func(md metadata.MD) { grpc.SetHeader(ctx, md) },
+		func(md metadata.MD) { grpc.SetTrailer(ctx, md) })
 	if err != nil {
 		return nil, err
 	}
 	if release != nil {
 		defer release()
+	}
+	if ch != nil {
+		defer ch.Done()
+		ctx = context.WithValue(ctx, chargeKey{}, ch)
 	}
 	return handler(ctx, req)
 }
@@ -490,12 +486,16 @@ func (s *ServerLimit) Unary(ctx context.Context, req any, info *grpc.UnaryServer
 // opens; with WithMessages, each message received too.
 func (s *ServerLimit) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ctx := ss.Context()
-	release, err := s.admit(ctx, info.FullMethod, func(md metadata.MD) { ss.SetHeader(md) })
+	release, ch, err := s.admit(ctx, info.FullMethod, func(md metadata.MD) { ss.SetHeader(md) }, ss.SetTrailer)
 	if err != nil {
 		return err
 	}
 	if release != nil {
 		defer release()
+	}
+	if ch != nil {
+		defer ch.Done()
+		ss = &chargedStream{ServerStream: ss, ctx: context.WithValue(ctx, chargeKey{}, ch)}
 	}
 	if s.cfg.messages != nil {
 		key, err := s.cfg.key(ctx, info.FullMethod)
@@ -508,17 +508,20 @@ func (s *ServerLimit) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 }
 
 // admit decides one call. It returns the status error to answer with, or
-// nil and, for a concurrency limit, the function that releases the permit.
-// header writes response header metadata.
-func (s *ServerLimit) admit(ctx context.Context, method string, header func(metadata.MD)) (release func(), err error) {
+// nil and, for a concurrency limit, the function that releases the permit,
+// and with WithCost the call's charge, for Settle. header writes response
+// header metadata; trailer, trailer metadata (Settle's).
+func (s *ServerLimit) admit(ctx context.Context, method string, header, trailer func(metadata.MD)) (release func(), ch *charge.Charge, err error) {
 	switch {
 	case s.conc != nil:
-		return s.acquire(ctx)
+		release, err = s.acquire(ctx)
+		return release, nil, err
 	case s.rules != nil:
-		return nil, s.checkRules(ctx, method, header)
+		ch, err = s.checkRules(ctx, method, header, trailer)
 	default:
-		return nil, s.checkLimiter(ctx, method, header)
+		ch, err = s.checkLimiter(ctx, method, header, trailer)
 	}
+	return nil, ch, err
 }
 
 func (s *ServerLimit) acquire(ctx context.Context) (func(), error) {
@@ -544,30 +547,26 @@ func (s *ServerLimit) acquire(ctx context.Context) (func(), error) {
 	return nil, st.Err()
 }
 
-func (s *ServerLimit) checkLimiter(ctx context.Context, method string, header func(metadata.MD)) error {
+func (s *ServerLimit) checkLimiter(ctx context.Context, method string, header, trailer func(metadata.MD)) (*charge.Charge, error) {
 	c := s.cfg
 	key, err := c.key(ctx, method)
 	if err != nil {
-		return c.onError(ctx, method, err)
+		return nil, c.onError(ctx, method, err)
 	}
-	n, err := c.costOf(ctx, method)
-	if err != nil {
-		return c.onError(ctx, method, err)
+	if c.cost != nil {
+		return s.chargeLimiter(ctx, method, key, header, trailer)
 	}
-	d, err := s.lim.AllowN(ctx, key, n)
+	d, err := s.lim.AllowN(ctx, key, 1)
 	if err != nil {
-		if cerr, ok := c.costFailed(ctx, method, n, err); ok {
-			return cerr
-		}
-		return s.failed(ctx, method, err)
+		return nil, s.failed(ctx, method, err)
 	}
 	if !d.Allowed || c.metadata {
 		header(rateMetadata(s.policyFor(d.Limit), s.item, d, d.RetryAfter))
 	}
 	if d.Allowed {
-		return nil
+		return nil, nil
 	}
-	return denial(d.RetryAfter, []violation{{name: s.names[0], limit: d.Limit, window: c.window}})
+	return nil, denial(d.RetryAfter, []violation{{name: s.names[0], limit: d.Limit, window: c.window}})
 }
 
 // failed handles a limiter's error: a key missing for a rule is refused,
@@ -592,25 +591,25 @@ func (s *ServerLimit) policyFor(limit int) string {
 	return p.value
 }
 
-func (s *ServerLimit) checkRules(ctx context.Context, method string, header func(metadata.MD)) error {
+func (s *ServerLimit) checkRules(ctx context.Context, method string, header, trailer func(metadata.MD)) (*charge.Charge, error) {
 	c := s.cfg
 	rv := s.currentView()
 	if rv.err != nil {
-		return status.Error(codes.Internal, rv.err.Error())
+		return nil, status.Error(codes.Internal, rv.err.Error())
 	}
 	cv, ok := rv.classes[method]
 	if !ok {
 		cv = rv.every
 	}
 	if len(cv.rules) == 0 {
-		return nil
+		return nil, nil
 	}
 	var who ratelimit.Subject
 	var err error
 	if cv.needUser || rv.exemptUser {
 		if who.User, err = c.user(ctx, method); err != nil {
 			if cv.needUser {
-				return c.onError(ctx, method, err)
+				return nil, c.onError(ctx, method, err)
 			}
 			who.User = "" // only an exemption asked: not exempt
 		}
@@ -618,41 +617,43 @@ func (s *ServerLimit) checkRules(ctx context.Context, method string, header func
 	if cv.needIP || rv.exemptIP {
 		if who.IP, err = c.ip(ctx, method); err != nil {
 			if cv.needIP {
-				return c.onError(ctx, method, err)
+				return nil, c.onError(ctx, method, err)
 			}
 			who.IP = ""
 		}
 	}
 	if (rv.exemptIP || rv.exemptUser) && cv.set.Exempt(who) {
-		return nil // exempt: nothing recorded, no metadata
+		return nil, nil // exempt: nothing recorded, no metadata
 	}
-	n, err := c.costOf(ctx, method)
-	if err != nil {
-		return c.onError(ctx, method, err)
+	if c.cost != nil {
+		return s.chargeRules(ctx, method, cv, who, header, trailer)
 	}
-	d, err := cv.set.Check(ctx, who, n)
+	d, err := cv.set.Check(ctx, who, 1)
 	if err != nil {
-		if cerr, ok := c.costFailed(ctx, method, n, err); ok {
-			return cerr
-		}
-		return s.failed(ctx, method, err)
+		return nil, s.failed(ctx, method, err)
 	}
 	i := d.Strictest()
 	if !d.Allowed || c.metadata {
 		header(rateMetadata(cv.policy, cv.items[i], d.At(i), d.RetryAfter))
 	}
 	if d.Allowed {
-		return nil
+		return nil, nil
 	}
+	return nil, denial(d.RetryAfter, violations(cv, d.Len(), d.At))
+}
+
+// violations lists the rules of cv whose decision, of n, denied.
+func violations(cv *classView, n int, at func(int) ratelimit.Decision) []violation {
 	var vs []violation
-	for j := range d.Len() {
-		if !d.At(j).Allowed {
+	for j := range n {
+		if !at(j).Allowed {
 			r := cv.rules[j]
 			vs = append(vs, violation{name: r.Name, limit: r.Burst, window: r.Window()})
 		}
 	}
-	return denial(d.RetryAfter, vs)
+	return vs
 }
+
 
 // violation is one policy that denied a call.
 type violation struct {

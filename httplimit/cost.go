@@ -1,11 +1,14 @@
 package httplimit
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/charge"
 )
 
 // WithCost makes Middleware and RulesMiddleware charge f(r) events for a
@@ -90,4 +93,204 @@ func asCostError(n int, err error) (error, bool) {
 		return &costError{cost: n, err: ratelimit.ErrExceedsLimit}, true
 	}
 	return err, false
+}
+
+// Settle settles the charge of r, a request that the middleware booked
+// with WithCost, at its actual cost, once the handler knows it: the
+// surplus of a charge above the actual cost is given back as the
+// limiter's Reservation.Settle gives it back, and an excess is booked as
+// debt on the key, which later requests wait for. Under RulesMiddleware
+// every rule the request was charged under is settled at the one actual
+// cost. A request that is never settled keeps its charge.
+//
+// Settle rewrites the rate-limit headers (RateLimit, and the X-RateLimit
+// headers if selected) to the state after the settlement, as long as the
+// handler has not written its response header: settle before the first
+// Write or WriteHeader for the headers to show it. After that, and after
+// the handler has returned, the settlement still counts, and the headers
+// are left alone. Call it from the handler's goroutine, or make sure the
+// handler does not touch the header map meanwhile, as for any header.
+//
+// Settle returns an error matching ratelimit.ErrCannotSettle, saying why,
+// for a request with no charge to settle: one that went through no
+// middleware with WithCost (or was exempt), whose limiter (or one of
+// whose rules' limiters) is no ratelimit.Taker, or that cost 0, so that
+// nothing was booked. actual < 0 returns ratelimit.ErrNegativeN and
+// settles nothing. A second Settle returns ratelimit.ErrSettled. An error
+// of a remote limiter is returned as is.
+func Settle(r *http.Request, actual int) error {
+	ch, _ := r.Context().Value(chargeKey{}).(*charge.Charge)
+	if ch == nil {
+		return charge.CannotSettle("httplimit: nothing to settle: the request went through no middleware with WithCost, or it was exempt or let through unlimited by WithFailOpen")
+	}
+	return ch.Settle(actual)
+}
+
+// chargeKey is the context key of a request's *charge.Charge.
+type chargeKey struct{}
+
+const (
+	whyNoTaker = "httplimit: nothing to settle: the middleware's limiter cannot book for a settlement (it is no ratelimit.Taker)"
+	whyNoRules = "httplimit: nothing to settle: a limiter of the request's rules cannot book for a settlement (it is no ratelimit.Taker)"
+	whyFree    = "httplimit: nothing to settle: the request cost 0, so nothing was booked"
+)
+
+// serveCost is Middleware's path for a request with WithCost: it charges
+// the request's cost, as a booking when the limiter is a Taker, and hands
+// the handler the request with its charge.
+func (m *limitMiddleware) serveCost(w http.ResponseWriter, r *http.Request, next http.Handler, key string) {
+	c := m.cfg
+	n := c.cost(r)
+	if n < 0 {
+		c.onError(w, r, &costError{cost: n, err: ratelimit.ErrNegativeN})
+		return
+	}
+	var d ratelimit.Decision
+	var res *ratelimit.Reservation
+	var err error
+	if m.taker != nil && n > 0 {
+		if res, err = m.taker.Take(r.Context(), key, n); err == nil {
+			d = res.Decision()
+		}
+	} else {
+		d, err = m.lim.AllowN(r.Context(), key, n)
+	}
+	if err != nil {
+		if cerr, ok := asCostError(n, err); ok {
+			c.onError(w, r, cerr)
+			return
+		}
+		c.undecided(w, r, next, err, true)
+		return
+	}
+	h := w.Header()
+	show := func(ds []ratelimit.Decision) {
+		v := view{item: m.item, d: ds[0], retry: ds[0].RetryAfter, denied: !ds[0].Allowed}
+		if c.headers&IETFHeaders != 0 {
+			v.policy = m.policyFor(ds[0].Limit)
+		}
+		write(h, c.headers, &v)
+	}
+	if !m.shadow {
+		show([]ratelimit.Decision{d})
+	}
+	if !d.Allowed {
+		c.denied(w, r, Denial{Decision: d, Policies: m.names})
+		return
+	}
+	var ch *charge.Charge
+	switch {
+	case res != nil && res.OK():
+		if m.shadow {
+			show = nil
+		}
+		ch = charge.New([]*ratelimit.Reservation{res}, []ratelimit.Decision{d}, show)
+	case m.taker == nil:
+		ch = charge.Unsettled(whyNoTaker)
+	default:
+		ch = charge.Unsettled(whyFree)
+	}
+	serveCharged(w, r, next, ch)
+}
+
+// serveCharged runs next with ch in the request's context, and ends ch's
+// hold on the headers when next returns.
+func serveCharged(w http.ResponseWriter, r *http.Request, next http.Handler, ch *charge.Charge) {
+	defer ch.Done()
+	next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), chargeKey{}, ch)))
+}
+
+// serveCost is RulesMiddleware's path for a request with WithCost, past
+// its exemptions: it charges the cost under every rule of cv, as bookings
+// when every rule's limiter is a Taker, all or nothing.
+func (m *rulesMiddleware) serveCost(w http.ResponseWriter, r *http.Request, next http.Handler, cv *classView, who ratelimit.Subject) {
+	c := m.cfg
+	n := c.cost(r)
+	if n < 0 {
+		c.onError(w, r, &costError{cost: n, err: ratelimit.ErrNegativeN})
+		return
+	}
+	if cv.limits == nil || n == 0 {
+		// Nothing to book: decide as Check does.
+		d, err := cv.set.Check(r.Context(), who, n)
+		if err != nil {
+			m.failed(w, r, next, n, err)
+			return
+		}
+		if cv.shadows < len(cv.names) {
+			i := d.Strictest()
+			v := view{policy: cv.policy, item: cv.items[i], d: d.At(i), retry: d.RetryAfter, denied: !d.Allowed}
+			write(w.Header(), c.headers, &v)
+		}
+		if !d.Allowed {
+			c.denied(w, r, Denial{Decision: d.Decision, Policies: violated(cv, d.Len(), d.At)})
+			return
+		}
+		why := whyFree
+		if cv.limits == nil {
+			why = whyNoRules
+		}
+		serveCharged(w, r, next, charge.Unsettled(why))
+		return
+	}
+	limits := make([]charge.Limit, len(cv.limits))
+	copy(limits, cv.limits)
+	for i := range limits {
+		switch cv.scopes[i] {
+		case ratelimit.PerUser:
+			if limits[i].Key = who.User; who.User == "" {
+				c.undecided(w, r, next, fmt.Errorf("%w: rule %q counts per user and the request has none", ErrNoKey, cv.names[i]), false)
+				return
+			}
+		case ratelimit.PerIP:
+			if limits[i].Key = who.IP; who.IP == "" {
+				c.undecided(w, r, next, fmt.Errorf("%w: rule %q counts per client address and the request has none", ErrNoKey, cv.names[i]), false)
+				return
+			}
+		}
+	}
+	ds := make([]ratelimit.Decision, len(limits))
+	res := make([]*ratelimit.Reservation, len(limits))
+	allowed, err := charge.Take(r.Context(), n, limits, ds, res)
+	if err != nil {
+		m.failed(w, r, next, n, err)
+		return
+	}
+	h := w.Header()
+	show := func(ds []ratelimit.Decision) {
+		i := ratelimit.Strictest(ds) // never a shadow rule's
+		v := view{policy: cv.policy, item: cv.items[i], d: ds[i], retry: charge.Combine(ds).RetryAfter, denied: !ds[i].Allowed}
+		write(h, c.headers, &v)
+	}
+	if cv.shadows == len(cv.names) { // only shadow rules: nothing to tell the client
+		show = nil
+	} else {
+		show(ds)
+	}
+	if !allowed {
+		c.denied(w, r, Denial{Decision: charge.Combine(ds), Policies: violated(cv, len(ds), func(i int) ratelimit.Decision { return ds[i] })})
+		return
+	}
+	serveCharged(w, r, next, charge.New(res, ds, show))
+}
+
+// failed answers a request whose charge of n failed: a cost the limits
+// cannot charge, a missing key, or a limiter that failed.
+func (m *rulesMiddleware) failed(w http.ResponseWriter, r *http.Request, next http.Handler, n int, err error) {
+	if cerr, ok := asCostError(n, err); ok {
+		m.cfg.onError(w, r, cerr)
+		return
+	}
+	m.cfg.undecided(w, r, next, err, true)
+}
+
+// violated names the rules of cv whose decision, of n, denied.
+func violated(cv *classView, n int, at func(int) ratelimit.Decision) []string {
+	var names []string
+	for j := range n {
+		if !at(j).Allowed {
+			names = append(names, cv.names[j])
+		}
+	}
+	return names
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/internal/netmatch"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/charge"
 	"github.com/ratelimitkit/ratelimit/internal/field"
 )
 
@@ -401,6 +402,9 @@ func Middleware(lim ratelimit.Limiter, opts ...LimitOption) func(http.Handler) h
 	}
 	m := &limitMiddleware{cfg: c, lim: lim, item: field.String(c.name), names: []string{c.name}, window: c.window}
 	_, m.shadow = lim.(*ratelimit.Shadow)
+	if c.cost != nil {
+		m.taker, _ = lim.(ratelimit.Taker)
+	}
 	if w, ok := lim.(interface{ Window() time.Duration }); ok && m.window == 0 {
 		m.window = w.Window()
 	}
@@ -416,7 +420,8 @@ type limitMiddleware struct {
 	names  []string
 	window time.Duration // RateLimit-Policy's w; <= 0: none
 	policy atomic.Pointer[cachedPolicy]
-	shadow bool // lim is a ratelimit.Shadow: it never denies, and gets no headers
+	shadow bool            // lim is a ratelimit.Shadow: it never denies, and gets no headers
+	taker  ratelimit.Taker // lim, if WithCost is given and lim can book for Settle
 }
 
 // cachedPolicy is the RateLimit-Policy value for the last Limit seen: a
@@ -446,19 +451,12 @@ func (m *limitMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 		c.undecided(w, r, next, err, false)
 		return
 	}
-	n := 1
 	if c.cost != nil {
-		if n = c.cost(r); n < 0 {
-			c.onError(w, r, &costError{cost: n, err: ratelimit.ErrNegativeN})
-			return
-		}
+		m.serveCost(w, r, next, key)
+		return
 	}
-	d, err := m.lim.AllowN(r.Context(), key, n)
+	d, err := m.lim.AllowN(r.Context(), key, 1)
 	if err != nil {
-		if cerr, ok := asCostError(n, err); ok {
-			c.onError(w, r, cerr)
-			return
-		}
 		c.undecided(w, r, next, err, true)
 		return
 	}
@@ -668,11 +666,21 @@ type classView struct {
 	policy           string   // RateLimit-Policy value, shadow rules left out
 	shadows          int      // how many rules are shadow rules
 	needUser, needIP bool
+	// limits holds rule i's limiter as a Taker (its Key to fill in), and
+	// scopes its scope, for WithCost's bookings; limits is nil if some
+	// rule's limiter is no Taker.
+	limits []charge.Limit
+	scopes []ratelimit.Scope
 }
 
 func newClassView(set *ratelimit.RuleSet) *classView {
 	cv := &classView{set: set}
+	canTake := true
 	for _, r := range set.Rules() {
+		t, ok := r.Limiter.(ratelimit.Taker)
+		canTake = canTake && ok
+		cv.limits = append(cv.limits, charge.Limit{Taker: t, Shadow: r.Shadow})
+		cv.scopes = append(cv.scopes, r.Scope)
 		item := field.String(r.Name)
 		cv.names = append(cv.names, r.Name)
 		cv.items = append(cv.items, item)
@@ -686,6 +694,9 @@ func newClassView(set *ratelimit.RuleSet) *classView {
 			cv.policy += ", "
 		}
 		cv.policy += field.PolicyItem(item, r.Burst, r.Window())
+	}
+	if !canTake {
+		cv.limits = nil
 	}
 	return cv
 }
@@ -738,19 +749,12 @@ func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 		next.ServeHTTP(w, r)
 		return
 	}
-	n := 1
 	if c.cost != nil {
-		if n = c.cost(r); n < 0 {
-			c.onError(w, r, &costError{cost: n, err: ratelimit.ErrNegativeN})
-			return
-		}
+		m.serveCost(w, r, next, cv, who)
+		return
 	}
-	d, err := cv.set.Check(r.Context(), who, n)
+	d, err := cv.set.Check(r.Context(), who, 1)
 	if err != nil {
-		if cerr, ok := asCostError(n, err); ok {
-			c.onError(w, r, cerr)
-			return
-		}
 		c.undecided(w, r, next, err, true)
 		return
 	}
