@@ -44,8 +44,9 @@ type FixedWindow struct {
 
 // fwState is a key's window and what it has counted.
 type fwState struct {
-	start int64 // start of the key's window, a multiple of W
-	count int64 // events counted in it, booked ones included
+	start int64  // start of the key's window, a multiple of W
+	count int64  // events counted in it, booked ones included
+	kgen  uint32 // the key's generation (its resets), wrapping at 2³²
 }
 
 // fwParams is a fixed window's parameters, immutable once built: L per W.
@@ -108,6 +109,14 @@ func (fw *FixedWindow) SetRate(rate Rate) error {
 func (p *fwParams) max() int64 { return p.limit }
 
 func (p *fwParams) init(s *fwState, now int64) { *s = fwState{start: windowStart(now, p.window)} }
+
+func (p *fwParams) keyGen(s *fwState) uint32 { return s.kgen }
+
+func (p *fwParams) reset(s *fwState, now int64) {
+	g := s.kgen
+	p.init(s, now)
+	s.kgen = g + 1
+}
 
 func (p *fwParams) atRest(s *fwState, now int64) bool {
 	return now-s.start >= p.window || (s.count == 0 && s.start <= now)
@@ -180,6 +189,34 @@ func (p *fwParams) unstep(s *fwState, n int64, b booked, at int64) {
 		return // due, or booked in a window whose count is forgotten
 	}
 	s.count -= min(n, s.count)
+}
+
+// settle: a surplus of k = n − actual events comes back, at any time, if
+// the key's window is still the one the booking was counted in: its count
+// drops by k. Otherwise it does not come back: that window's count is
+// forgotten, or the key has moved on to a later window.
+//
+// An excess of e = actual − n events is counted, with no admission check,
+// in the key's window as it stands at the settlement: the booking's window
+// if it is still the key's and has not passed, a later window booked
+// ahead, or else the window of now (the booking's window having passed,
+// its count is forgotten, so the debt is charged to the current one rather
+// than lost). A count that then exceeds L carries: the window is full and
+// the rest goes into the windows after it, L to each, which are closed as
+// a booking ahead closes them; the key's window becomes the last of them,
+// holding what is left. So a debt never vanishes at a window boundary:
+// later requests wait for all of it. The carry stops at now + 2⁶⁰ ns
+// (about 36.5 years); a debt reaching further is forgiven beyond it.
+func (p *fwParams) settle(s *fwState, n, actual int64, b booked, now int64, same bool) {
+	switch {
+	case actual < n:
+		if same && windowStart(b.act, p.window) == s.start {
+			s.count -= min(n-actual, s.count)
+		}
+	case actual > n:
+		start, count := p.current(s, now)
+		s.start, s.count, _ = carryWindow(start, count, actual-n, p.limit, p.window, now)
+	}
 }
 
 var _ Limiter = (*FixedWindow)(nil)

@@ -42,6 +42,14 @@ func ({{.Recv}} *{{.Type}}) Reserve(ctx context.Context, key string, n int) (*Re
 	return {{.Recv}}.k.Reserve(ctx, key, n)
 }
 
+// Take decides n events for key like AllowN and hands back the booking,
+// so that its cost can be settled later with Reservation.Settle: the
+// Reservation is OK iff the events were allowed now. See Taker. It fails
+// only on invalid n.
+func ({{.Recv}} *{{.Type}}) Take(ctx context.Context, key string, n int) (*Reservation, error) {
+	return {{.Recv}}.k.Take(ctx, key, n)
+}
+
 // Wait is shorthand for WaitN(ctx, key, 1).
 func ({{.Recv}} *{{.Type}}) Wait(ctx context.Context, key string) error {
 	return {{.Recv}}.k.WaitN(ctx, key, 1)
@@ -70,11 +78,14 @@ func ({{.Recv}} *{{.Type}}) Close() error { return {{.Recv}}.k.Close() }
 func ({{.Recv}} *{{.Type}}) Limit() int { return {{.Recv}}.k.Limit() }
 
 // Reset makes key start afresh: at rest, with its full allowance from now
-// on, as if it had never been seen. A Cancel of a booking made before it
-// gives nothing back.
+// on, as if it had never been seen. A Cancel or Settle of a booking made on
+// key before it gives nothing back (an excess is still charged); bookings
+// on other keys are untouched.
 func ({{.Recv}} *{{.Type}}) Reset(key string) { {{.Recv}}.k.Reset(key) }
 
 var _ inMemory = (*{{.Type}})(nil)
+
+var _ Taker = (*{{.Type}})(nil)
 
 func ({{.Recv}} *{{.Type}}) multiClock() Clock { return {{.Recv}}.k.multiClock() }
 

@@ -35,6 +35,20 @@ type algo[S, P any] interface {
 	// b.act; never more than b took, and never anything a later booking
 	// has claimed.
 	unstep(s *S, n int64, b booked, at int64)
+	// settle settles n events booked as b at actual, at now: a surplus
+	// (actual < n) is given back by the algorithm's rule, at any time,
+	// only if same (neither the parameters nor the key's generation have
+	// changed since the booking); an excess (actual > n) is booked as
+	// debt, with no admission check, in p's units, the state adopted
+	// first if it was written under earlier parameters.
+	settle(s *S, n, actual int64, b booked, now int64, same bool)
+	// keyGen is the key's generation: how many times Reset has set it up
+	// afresh since it was created, wrapping at 2³². A booking gives
+	// nothing back to a later generation.
+	keyGen(s *S) uint32
+	// reset sets the key up afresh at now, as init does, in the next
+	// generation.
+	reset(s *S, now int64)
 	// atRest reports whether the state was back to a full allowance with
 	// nothing booked at now: dropping it changes no later decision. The
 	// store may ask with a now in the past (now minus a grace period): a
@@ -49,6 +63,7 @@ type algo[S, P any] interface {
 // describe. It is what AllowN, Reserve and Wait run; Allow runs admit alone.
 func decide[S, P any, A algo[S, P]](a A, s *S, now, n, maxWait int64) (Decision, booked, bool) {
 	b, ok := a.admit(s, now, n, maxWait)
+	b.kgen = a.keyGen(s)
 	return a.describe(s, now, b, ok), b, ok
 }
 
@@ -56,11 +71,12 @@ func decide[S, P any, A algo[S, P]](a A, s *S, now, n, maxWait int64) (Decision,
 // back: act, when the events conform, and end, where the booking left the
 // key's state (the token bucket's TAT, the leaky bucket's queue end);
 // algorithms that keep no such mark leave end zero. keyed adds the epoch
-// the booking was made in (see unbook).
+// the booking was made in (see unbook) and the key's generation then.
 type booked struct {
 	act   int64
 	end   ftime
 	epoch uint64
+	kgen  uint32
 }
 
 // keyed runs an algorithm per key on a keyed store and implements the
@@ -84,9 +100,11 @@ type keyed[S, P any, A algo[S, P]] struct {
 type params[P any] struct {
 	p  atomic.Pointer[P]
 	mu sync.Mutex // serialises changes
-	// epoch counts the changes and the resets. A Cancel gives back only a
-	// booking made in the current epoch: what a booking took is measured
-	// in the parameters and the state it was made under.
+	// epoch counts the changes, twice each (odd while one is under way).
+	// A Cancel gives back only a booking made in the current epoch: what a
+	// booking took is measured in the parameters it was made under. A
+	// Reset of a key moves that key to its next generation instead (see
+	// algo.keyGen), so that it voids the bookings of that key alone.
 	epoch atomic.Uint64
 }
 
@@ -224,15 +242,15 @@ func (k *keyed[S, P, A]) Close() error {
 func (k *keyed[S, P, A]) Limit() int { return int(A(k.ps.p.Load()).max()) }
 
 // Reset makes key start afresh, at rest with its full allowance from now
-// on, as if it had never been seen. Bookings made before it are not given
-// back by a later Cancel.
+// on, as if it had never been seen. Bookings made on key before it are not
+// given back by a later Cancel or Settle; bookings on other keys are
+// untouched.
 func (k *keyed[S, P, A]) Reset(key string) {
 	now := k.nc.now()
 	h, fresh := k.st.Take(key, now, false)
-	if !fresh { // an absent key starts afresh already
-		A(k.ps.p.Load()).init(h.State(), now)
+	if !fresh { // an absent key starts afresh already, and holds no booking
+		A(k.ps.p.Load()).reset(h.State(), now)
 	}
-	k.ps.epoch.Add(2) // with the key held: a booking on it is before or after
 	h.Release()
 }
 
@@ -272,9 +290,9 @@ func (k *keyed[S, P, A]) book(key string, n int, now, maxWait int64) (Decision, 
 }
 
 // unbook gives back n events booked as b, as of at, if neither a change of
-// the parameters nor a reset has happened since the booking: what the
-// booking took is measured in the parameters and the state it was made
-// under. The epoch is read after the parameters: if it is still the
+// the parameters nor a reset of the key has happened since the booking:
+// what the booking took is measured in the parameters and the state it was
+// made under. The epoch is read after the parameters: if it is still the
 // booking's, and even (no swap under way then), the parameters read are
 // the booking's.
 func (k *keyed[S, P, A]) unbook(key string, n int, b booked, at int64) {
@@ -283,8 +301,8 @@ func (k *keyed[S, P, A]) unbook(key string, n int, b booked, at int64) {
 	}
 	h, fresh := k.st.Take(key, at, false)
 	a := A(k.ps.p.Load())
-	if !fresh && k.ps.epoch.Load() == b.epoch { // an evicted key has nothing booked to give back
-		a.unstep(h.State(), int64(n), b, at)
+	if s := h.State(); !fresh && k.ps.epoch.Load() == b.epoch && a.keyGen(s) == b.kgen { // an evicted key has nothing booked to give back
+		a.unstep(s, int64(n), b, at)
 	}
 	h.Release()
 }
@@ -297,11 +315,7 @@ func (k *keyed[S, P, A]) reserve(key string, n int, maxWait int64) (*Reservation
 	if err != nil {
 		return nil, err
 	}
-	r := &Reservation{ok: ok, decision: d, act: k.nc.timeOf(bk.act), clock: k.nc.clock, line: &k.nc, actNs: bk.act}
-	if ok && n > 0 {
-		r.cancel = func(at time.Time) { k.unbook(key, n, bk, k.nc.nanosOf(at)) }
-	}
-	return r, nil
+	return k.reservation(key, n, d, bk, ok), nil
 }
 
 // The hooks AllowAll uses (see inMemory).

@@ -18,6 +18,14 @@ func (tb *TokenBucket) Reserve(ctx context.Context, key string, n int) (*Reserva
 	return tb.k.Reserve(ctx, key, n)
 }
 
+// Take decides n events for key like AllowN and hands back the booking,
+// so that its cost can be settled later with Reservation.Settle: the
+// Reservation is OK iff the events were allowed now. See Taker. It fails
+// only on invalid n.
+func (tb *TokenBucket) Take(ctx context.Context, key string, n int) (*Reservation, error) {
+	return tb.k.Take(ctx, key, n)
+}
+
 // Wait is shorthand for WaitN(ctx, key, 1).
 func (tb *TokenBucket) Wait(ctx context.Context, key string) error {
 	return tb.k.WaitN(ctx, key, 1)
@@ -46,11 +54,14 @@ func (tb *TokenBucket) Close() error { return tb.k.Close() }
 func (tb *TokenBucket) Limit() int { return tb.k.Limit() }
 
 // Reset makes key start afresh: at rest, with its full allowance from now
-// on, as if it had never been seen. A Cancel of a booking made before it
-// gives nothing back.
+// on, as if it had never been seen. A Cancel or Settle of a booking made on
+// key before it gives nothing back (an excess is still charged); bookings
+// on other keys are untouched.
 func (tb *TokenBucket) Reset(key string) { tb.k.Reset(key) }
 
 var _ inMemory = (*TokenBucket)(nil)
+
+var _ Taker = (*TokenBucket)(nil)
 
 func (tb *TokenBucket) multiClock() Clock { return tb.k.multiClock() }
 
@@ -90,6 +101,14 @@ func (lb *LeakyBucket) Reserve(ctx context.Context, key string, n int) (*Reserva
 	return lb.k.Reserve(ctx, key, n)
 }
 
+// Take decides n events for key like AllowN and hands back the booking,
+// so that its cost can be settled later with Reservation.Settle: the
+// Reservation is OK iff the events were allowed now. See Taker. It fails
+// only on invalid n.
+func (lb *LeakyBucket) Take(ctx context.Context, key string, n int) (*Reservation, error) {
+	return lb.k.Take(ctx, key, n)
+}
+
 // Wait is shorthand for WaitN(ctx, key, 1).
 func (lb *LeakyBucket) Wait(ctx context.Context, key string) error {
 	return lb.k.WaitN(ctx, key, 1)
@@ -118,11 +137,14 @@ func (lb *LeakyBucket) Close() error { return lb.k.Close() }
 func (lb *LeakyBucket) Limit() int { return lb.k.Limit() }
 
 // Reset makes key start afresh: at rest, with its full allowance from now
-// on, as if it had never been seen. A Cancel of a booking made before it
-// gives nothing back.
+// on, as if it had never been seen. A Cancel or Settle of a booking made on
+// key before it gives nothing back (an excess is still charged); bookings
+// on other keys are untouched.
 func (lb *LeakyBucket) Reset(key string) { lb.k.Reset(key) }
 
 var _ inMemory = (*LeakyBucket)(nil)
+
+var _ Taker = (*LeakyBucket)(nil)
 
 func (lb *LeakyBucket) multiClock() Clock { return lb.k.multiClock() }
 
@@ -162,6 +184,14 @@ func (fw *FixedWindow) Reserve(ctx context.Context, key string, n int) (*Reserva
 	return fw.k.Reserve(ctx, key, n)
 }
 
+// Take decides n events for key like AllowN and hands back the booking,
+// so that its cost can be settled later with Reservation.Settle: the
+// Reservation is OK iff the events were allowed now. See Taker. It fails
+// only on invalid n.
+func (fw *FixedWindow) Take(ctx context.Context, key string, n int) (*Reservation, error) {
+	return fw.k.Take(ctx, key, n)
+}
+
 // Wait is shorthand for WaitN(ctx, key, 1).
 func (fw *FixedWindow) Wait(ctx context.Context, key string) error {
 	return fw.k.WaitN(ctx, key, 1)
@@ -190,11 +220,14 @@ func (fw *FixedWindow) Close() error { return fw.k.Close() }
 func (fw *FixedWindow) Limit() int { return fw.k.Limit() }
 
 // Reset makes key start afresh: at rest, with its full allowance from now
-// on, as if it had never been seen. A Cancel of a booking made before it
-// gives nothing back.
+// on, as if it had never been seen. A Cancel or Settle of a booking made on
+// key before it gives nothing back (an excess is still charged); bookings
+// on other keys are untouched.
 func (fw *FixedWindow) Reset(key string) { fw.k.Reset(key) }
 
 var _ inMemory = (*FixedWindow)(nil)
+
+var _ Taker = (*FixedWindow)(nil)
 
 func (fw *FixedWindow) multiClock() Clock { return fw.k.multiClock() }
 
@@ -234,6 +267,14 @@ func (sl *SlidingLog) Reserve(ctx context.Context, key string, n int) (*Reservat
 	return sl.k.Reserve(ctx, key, n)
 }
 
+// Take decides n events for key like AllowN and hands back the booking,
+// so that its cost can be settled later with Reservation.Settle: the
+// Reservation is OK iff the events were allowed now. See Taker. It fails
+// only on invalid n.
+func (sl *SlidingLog) Take(ctx context.Context, key string, n int) (*Reservation, error) {
+	return sl.k.Take(ctx, key, n)
+}
+
 // Wait is shorthand for WaitN(ctx, key, 1).
 func (sl *SlidingLog) Wait(ctx context.Context, key string) error {
 	return sl.k.WaitN(ctx, key, 1)
@@ -262,11 +303,14 @@ func (sl *SlidingLog) Close() error { return sl.k.Close() }
 func (sl *SlidingLog) Limit() int { return sl.k.Limit() }
 
 // Reset makes key start afresh: at rest, with its full allowance from now
-// on, as if it had never been seen. A Cancel of a booking made before it
-// gives nothing back.
+// on, as if it had never been seen. A Cancel or Settle of a booking made on
+// key before it gives nothing back (an excess is still charged); bookings
+// on other keys are untouched.
 func (sl *SlidingLog) Reset(key string) { sl.k.Reset(key) }
 
 var _ inMemory = (*SlidingLog)(nil)
+
+var _ Taker = (*SlidingLog)(nil)
 
 func (sl *SlidingLog) multiClock() Clock { return sl.k.multiClock() }
 
@@ -306,6 +350,14 @@ func (sc *SlidingWindowCounter) Reserve(ctx context.Context, key string, n int) 
 	return sc.k.Reserve(ctx, key, n)
 }
 
+// Take decides n events for key like AllowN and hands back the booking,
+// so that its cost can be settled later with Reservation.Settle: the
+// Reservation is OK iff the events were allowed now. See Taker. It fails
+// only on invalid n.
+func (sc *SlidingWindowCounter) Take(ctx context.Context, key string, n int) (*Reservation, error) {
+	return sc.k.Take(ctx, key, n)
+}
+
 // Wait is shorthand for WaitN(ctx, key, 1).
 func (sc *SlidingWindowCounter) Wait(ctx context.Context, key string) error {
 	return sc.k.WaitN(ctx, key, 1)
@@ -334,11 +386,14 @@ func (sc *SlidingWindowCounter) Close() error { return sc.k.Close() }
 func (sc *SlidingWindowCounter) Limit() int { return sc.k.Limit() }
 
 // Reset makes key start afresh: at rest, with its full allowance from now
-// on, as if it had never been seen. A Cancel of a booking made before it
-// gives nothing back.
+// on, as if it had never been seen. A Cancel or Settle of a booking made on
+// key before it gives nothing back (an excess is still charged); bookings
+// on other keys are untouched.
 func (sc *SlidingWindowCounter) Reset(key string) { sc.k.Reset(key) }
 
 var _ inMemory = (*SlidingWindowCounter)(nil)
+
+var _ Taker = (*SlidingWindowCounter)(nil)
 
 func (sc *SlidingWindowCounter) multiClock() Clock { return sc.k.multiClock() }
 

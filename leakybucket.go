@@ -45,8 +45,9 @@ type LeakyBucket struct {
 // lbState is a key's queue: the end of its last booked slot. The queue is
 // empty when end <= now.
 type lbState struct {
-	end ftime
-	gen uint64 // the parameters end's fraction of a nanosecond is in
+	end  ftime
+	gen  uint32 // the parameters end's fraction of a nanosecond is in
+	kgen uint32 // the key's generation (its resets); both wrap at 2³²
 }
 
 // lbParams has the token bucket's parameters, built and checked by the same
@@ -112,9 +113,17 @@ func (p *lbParams) max() int64 { return p.capacity }
 // adopt re-expresses a queue end written under other parameters in p's:
 // rounded up to a whole nanosecond, the fraction being in the old rate's
 // units.
-func (p *lbParams) adopt(s *lbState) { *s = lbState{end: ftime{Ns: s.end.CeilNs()}, gen: p.gen} }
+func (p *lbParams) adopt(s *lbState) { s.end, s.gen = ftime{Ns: s.end.CeilNs()}, p.gen }
 
 func (p *lbParams) init(s *lbState, now int64) { *s = lbState{end: ftime{Ns: now}, gen: p.gen} }
+
+func (p *lbParams) keyGen(s *lbState) uint32 { return s.kgen }
+
+func (p *lbParams) reset(s *lbState, now int64) {
+	g := s.kgen
+	p.init(s, now)
+	s.kgen = g + 1
+}
 
 func (p *lbParams) atRest(s *lbState, now int64) bool { return s.end.NotAfter(ftime{Ns: now}) }
 
@@ -184,6 +193,35 @@ func (p *lbParams) unstep(s *lbState, n int64, b booked, at int64) {
 		return // started, or not the tail: its slots stay, empty
 	}
 	s.end = p.iv.Sub(s.end, n)
+}
+
+// settle: a surplus of k = n − actual places comes back by the tail rule
+// of unstep, at any time: if the booking is still the tail of the queue
+// (its end is still b.end, in the same generations), the queue's end moves
+// back exactly k slots, as if the booking had taken actual places; its
+// events keep their slot. Otherwise nothing comes back: the slots stay in
+// the queue, empty.
+//
+// An excess of e = actual − n places is booked as debt at the end of the
+// queue, with no admission check: the end moves on e slots from where it
+// stands, so the next booking starts after them; a queue so pushed beyond
+// its capacity takes nothing more until it has drained below it. A queue
+// that has drained since (its end behind now) takes the debt from that
+// end: the excess counts as having departed with the booking, and the
+// drain since has paid part of it. The debt is capped so that the queue's
+// end never passes now + 2⁶⁰ ns (about 36.5 years).
+func (p *lbParams) settle(s *lbState, n, actual int64, b booked, now int64, same bool) {
+	switch {
+	case actual < n:
+		if same && s.end == b.end && s.gen == p.gen {
+			s.end = p.iv.Sub(s.end, n-actual)
+		}
+	case actual > n:
+		if s.gen != p.gen {
+			p.adopt(s)
+		}
+		s.end = debtTo(p.iv, s.end, actual-n, now)
+	}
 }
 
 var _ Limiter = (*LeakyBucket)(nil)

@@ -158,7 +158,8 @@ type Reservation struct {
 	line     *nanoClock // the in-memory limiter's time line; nil if from NewReservation
 	actNs    int64      // act on line
 	cancel   func(at time.Time)
-	done     atomic.Bool
+	settle   SettleFunc  // nil if the limiter cannot settle
+	done     atomic.Bool // Cancel or Settle has acted
 }
 
 // NewReservation builds a Reservation. It is for Limiter implementations
@@ -226,8 +227,8 @@ func (r *Reservation) DelayFrom(t time.Time) time.Duration {
 // while a later one is held, is given back whole by FixedWindow,
 // SlidingWindowCounter and SlidingLog (within the limits their docs state)
 // and not at all by TokenBucket and LeakyBucket, whose later bookings are
-// timed to follow it. Cancelling twice, or cancelling a reservation that is
-// not OK, does nothing.
+// timed to follow it. Cancelling twice, cancelling a reservation that is
+// not OK, or one already settled (see Settle), does nothing.
 func (r *Reservation) Cancel() {
 	r.cancelAt(r.clock.Now())
 }

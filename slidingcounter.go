@@ -61,9 +61,10 @@ type SlidingWindowCounter struct {
 
 // swcState is a key's window and the counts of it and of the window before.
 type swcState struct {
-	start int64 // start of the key's window, a multiple of W
-	prev  int64 // events counted in the window before it
-	cur   int64 // events counted in it, booked ones included
+	start int64  // start of the key's window, a multiple of W
+	prev  int64  // events counted in the window before it
+	cur   int64  // events counted in it, booked ones included
+	kgen  uint32 // the key's generation (its resets), wrapping at 2³²
 }
 
 // swcParams is a sliding window counter's parameters, immutable once
@@ -127,6 +128,14 @@ func (sc *SlidingWindowCounter) SetRate(rate Rate) error {
 func (p *swcParams) max() int64 { return p.limit }
 
 func (p *swcParams) init(s *swcState, now int64) { *s = swcState{start: windowStart(now, p.window)} }
+
+func (p *swcParams) keyGen(s *swcState) uint32 { return s.kgen }
+
+func (p *swcParams) reset(s *swcState, now int64) {
+	g := s.kgen
+	p.init(s, now)
+	s.kgen = g + 1
+}
 
 func (p *swcParams) atRest(s *swcState, now int64) bool {
 	e := now - s.start
@@ -193,7 +202,7 @@ func (p *swcParams) admit(s *swcState, now, n, maxWait int64) (b booked, ok bool
 	if delay := act - now; (maxWait >= 0 && delay > maxWait) || delay > maxSpan {
 		return booked{act: act}, false
 	}
-	*s = next
+	s.start, s.prev, s.cur = next.start, next.prev, next.cur
 	return booked{act: act}, true
 }
 
@@ -253,6 +262,37 @@ func (p *swcParams) unstep(s *swcState, n int64, b booked, at int64) {
 		s.cur -= min(n, s.cur)
 	case s.start - p.window:
 		s.prev -= min(n, s.prev)
+	}
+}
+
+// settle: a surplus of k = n − actual events comes back, at any time, from
+// the count of the window the booking was counted in, if the state still
+// keeps it (the key's window or the one before it), as Cancel's. Otherwise
+// it does not come back.
+//
+// An excess of e = actual − n events is counted, with no admission check,
+// in the key's window as it stands at the settlement (the booking's window
+// if it is still current, a later window booked ahead, or else the window
+// of now), as for FixedWindow. A count that then exceeds L carries: the
+// window is full, L events, and the rest goes into the windows after it,
+// L to each, the key's window becoming the last of them with what is left
+// and the one before it counting L. So a debt never vanishes at a window
+// boundary, and the weighted count keeps later requests waiting for all of
+// it. The carry stops at now + 2⁶⁰ ns (about 36.5 years).
+func (p *swcParams) settle(s *swcState, n, actual int64, b booked, now int64, same bool) {
+	switch {
+	case actual < n:
+		if same {
+			p.unstep(s, n-actual, b, b.act)
+		}
+	case actual > n:
+		start, prev, cur := p.current(s, now)
+		var carried bool
+		start, cur, carried = carryWindow(start, cur, actual-n, p.limit, p.window, now)
+		if carried {
+			prev = p.limit
+		}
+		s.start, s.prev, s.cur = start, prev, cur
 	}
 }
 

@@ -50,6 +50,7 @@ type slState struct {
 	head  int32   // ring index of the oldest instant
 	n     int32   // instants held
 	floor int64   // nothing conforms before floor: the newest dropped instant plus W
+	kgen  uint32  // the key's generation (its resets), wrapping at 2³²
 }
 
 // slParams is a sliding log's parameters, immutable once built: L per W.
@@ -118,6 +119,14 @@ func (sl *SlidingLog) Allow(key string) bool {
 }
 
 func (p *slParams) init(s *slState, now int64) { *s = slState{floor: now} }
+
+func (p *slParams) keyGen(s *slState) uint32 { return s.kgen }
+
+func (p *slParams) reset(s *slState, now int64) {
+	g := s.kgen
+	p.init(s, now)
+	s.kgen = g + 1
+}
 
 func (p *slParams) atRest(s *slState, now int64) bool {
 	return s.floor <= now && (s.n == 0 || s.at(s.n-1) <= now-p.window)
@@ -262,8 +271,15 @@ func (p *slParams) resetAfter(s *slState, now int64) time.Duration {
 // it is not yet due. Instants dropped since to make room for a later
 // booking are gone already.
 func (p *slParams) unstep(s *slState, n int64, b booked, at int64) {
-	act := b.act
-	if at > act || s.n == 0 {
+	if at > b.act {
+		return
+	}
+	s.remove(b.act, n)
+}
+
+// remove removes up to n instants equal to act from the log.
+func (s *slState) remove(act, n int64) {
+	if s.n == 0 {
 		return
 	}
 	// The instants equal to act are [i, j); remove the last m of them and
@@ -282,6 +298,71 @@ func (p *slParams) unstep(s *slState, n int64, b booked, at int64) {
 		s.ring[dst] = s.at(k)
 	}
 	s.n -= m
+}
+
+// settle: a surplus of k = n − actual events comes back, at any time, as
+// Cancel's does: k of the booking's instants are removed from the log, as
+// far as they are still in it (instants dropped since to make room for a
+// later booking are gone already, and the key stays closed until they
+// would have left the window).
+//
+// An excess of e = actual − n events is logged, with no admission check,
+// as e more instants at the booking's time to act, in order among the
+// instants logged after it: the log is then exactly what it would be had
+// the booking been for actual events. The ring holds the newest L
+// instants; those that no longer fit, the oldest, are dropped as admit
+// drops them, raising the floor to the newest dropped plus W, so the key
+// stays closed while they would be in the window: a debt larger than L
+// closes the key until W after the booking's time to act. A debt whose
+// instants have left the window by the time it is settled is paid already.
+// The work is O(L), as a Cancel's.
+func (p *slParams) settle(s *slState, n, actual int64, b booked, now int64, same bool) {
+	switch {
+	case actual < n:
+		if same {
+			s.remove(b.act, n-actual)
+		}
+	case actual > n:
+		p.insert(s, b.act, actual-n)
+	}
+}
+
+// insert logs e instants at t among those logged, keeping the newest L:
+// the oldest of the merged log are dropped, and copies of t beyond L are
+// dropped at once, each raising the floor as drop does.
+func (p *slParams) insert(s *slState, t, e int64) {
+	if len(s.ring) < int(p.limit) {
+		s.grow(int(p.limit))
+	}
+	m := int32(min(e, p.limit))
+	if e > p.limit {
+		s.floor = max(s.floor, t+p.window)
+	}
+	i := s.after(t) // the new instants go before the first later than t
+	if over := s.n + m - int32(p.limit); over > 0 {
+		d := min(over, i)
+		p.drop(s, d)
+		i -= d
+		if rest := over - d; rest > 0 { // the oldest of the merged log are copies of t
+			m -= rest
+			s.floor = max(s.floor, t+p.window)
+		}
+	}
+	size := int32(len(s.ring))
+	idx := func(k int32) int32 {
+		if j := s.head + k; j < size {
+			return j
+		} else {
+			return j - size
+		}
+	}
+	for k := s.n - 1; k >= i; k-- {
+		s.ring[idx(k+m)] = s.ring[idx(k)]
+	}
+	for k := i; k < i+m; k++ {
+		s.ring[idx(k)] = t
+	}
+	s.n += m
 }
 
 var _ Limiter = (*SlidingLog)(nil)

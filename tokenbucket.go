@@ -49,12 +49,16 @@ type TokenBucket struct {
 	k keyed[tbState, tbParams, *tbParams]
 }
 
-// tbState is a key's TAT, and the generation of the parameters it is
-// expressed in: TAT means a number of tokens only with the rate and
-// capacity it was written under.
+// tbState is a key's TAT, the generation of the parameters it is
+// expressed in (TAT means a number of tokens only with the rate and
+// capacity it was written under), and the key's generation (its resets).
+// Both generations are 32 bits, so that the state stays 24 bytes; they
+// wrap after 2³² changes or resets, which no realistic run reaches while a
+// key stays idle or a booking stays held.
 type tbState struct {
-	tat ftime
-	gen uint64
+	tat  ftime
+	gen  uint32
+	kgen uint32
 }
 
 // tbParams is a token bucket's parameters, immutable once built.
@@ -67,7 +71,7 @@ type tbParams struct {
 	// they took over (unused for gen 0), and hist holds up to maxHist of
 	// the parameters before them, oldest first, each with hist nil, so
 	// that a state written under any of them can be re-expressed.
-	gen   uint64
+	gen   uint32
 	since int64
 	hist  []tbParams
 }
@@ -221,6 +225,14 @@ func (tb *TokenBucket) Allow(key string) bool {
 
 func (p *tbParams) init(s *tbState, now int64) { *s = tbState{tat: ftime{Ns: now}, gen: p.gen} }
 
+func (p *tbParams) keyGen(s *tbState) uint32 { return s.kgen }
+
+func (p *tbParams) reset(s *tbState, now int64) {
+	g := s.kgen
+	p.init(s, now)
+	s.kgen = g + 1
+}
+
 // atRest: the bucket is full. Under a larger capacity than it was written
 // under, a state full then may not be full now.
 func (p *tbParams) atRest(s *tbState, now int64) bool {
@@ -299,6 +311,38 @@ func (p *tbParams) unstep(s *tbState, n int64, b booked, at int64) {
 		return // due (the tokens were spent), or not the latest
 	}
 	s.tat = p.iv.Sub(s.tat, n)
+}
+
+// settle: a surplus of k = n − actual tokens comes back by the tail rule of
+// unstep, at any time, even after the time to act: if the booking is still
+// the latest held on its key (TAT is still b.end, in the same generations),
+// TAT moves back exactly k intervals, as if the booking had been made for
+// actual tokens; otherwise nothing comes back and the k tokens stay taken.
+// That the time to act has passed changes nothing: the events that acted
+// are the actual ones, and TAT still lies where the booking of actual
+// tokens would have left it, so the bucket holds what it would have held.
+//
+// An excess of e = actual − n tokens is booked as debt, whoever booked
+// since and with no admission check (the work was done): TAT moves on e
+// intervals, from where it stands, as if the booking had taken actual
+// tokens and every later one had followed it. A TAT already refilled past
+// (behind now) takes the debt from there: the excess counts as having acted
+// with the booking, so the refill since has paid part of it, exactly as it
+// would have for a booking of actual tokens. A debt is capped so that TAT
+// never passes now + 2⁶⁰ ns (about 36.5 years): what lies beyond is
+// forgiven.
+func (p *tbParams) settle(s *tbState, n, actual int64, b booked, now int64, same bool) {
+	switch {
+	case actual < n:
+		if same && s.tat == b.end && s.gen == p.gen {
+			s.tat = p.iv.Sub(s.tat, n-actual)
+		}
+	case actual > n:
+		if s.gen != p.gen {
+			p.adopt(s, now)
+		}
+		s.tat = debtTo(p.iv, s.tat, actual-n, now)
+	}
 }
 
 var _ Limiter = (*TokenBucket)(nil)

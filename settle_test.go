@@ -1,0 +1,200 @@
+package ratelimit
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// mustTake takes n on key and fails the test unless the reservation's OK
+// is wantOK.
+func mustTake(t *testing.T, l Taker, key string, n int, wantOK bool) *Reservation {
+	t.Helper()
+	r, err := l.Take(bg, key, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.OK() != wantOK || r.Decision().Allowed != (wantOK || n == 0) { // a peek is allowed, as AllowN's
+		t.Fatalf("Take(%q, %d): OK %v, Decision %+v; want OK %v", key, n, r.OK(), r.Decision(), wantOK)
+	}
+	return r
+}
+
+func mustSettle(t *testing.T, r *Reservation, actual int) Decision {
+	t.Helper()
+	d, err := r.Settle(actual)
+	if err != nil {
+		t.Fatalf("Settle(%d): %v", actual, err)
+	}
+	return d
+}
+
+// TestTokenBucketSettleSurplus: capacity 10 at 10/s. A Take of 5 settled
+// at 2 gives 3 back, also after its time to act (the clock has moved on),
+// as long as it is the latest booking on its key.
+func TestTokenBucketSettleSurplus(t *testing.T) {
+	tb, clk := newTB(t, PerSecond(10), 10)
+	r := mustTake(t, tb, "k", 5, true)
+	if got := r.Decision().Remaining; got != 5 {
+		t.Fatalf("Remaining after Take(5): %d, want 5", got)
+	}
+	clk.Advance(100 * time.Millisecond) // one token back by refill; the booking has acted
+	d := mustSettle(t, r, 2)
+	// 10 - 2 taken at t0, one interval of refill since: full at t0+200ms,
+	// 100ms from now, holding 9.
+	if !d.Allowed || d.Remaining != 9 || d.ResetAfter != 100*time.Millisecond || d.Limit != 10 {
+		t.Fatalf("after Settle(2): %+v, want Allowed, Remaining 9, ResetAfter 100ms, Limit 10", d)
+	}
+	r.Cancel() // does nothing after Settle
+	if d := tbPeek(t, tb); d.Remaining != 9 {
+		t.Fatalf("Cancel after Settle changed the bucket: %+v", d)
+	}
+}
+
+// TestTokenBucketSettleSurplusNotLatest: a booking with a later one held
+// gives no surplus back (the tail rule), and the later one's surplus still
+// comes back.
+func TestTokenBucketSettleSurplusNotLatest(t *testing.T) {
+	tb, _ := newTB(t, PerSecond(10), 10)
+	r1 := mustTake(t, tb, "k", 4, true)
+	r2 := mustTake(t, tb, "k", 4, true)
+	if d := mustSettle(t, r1, 0); d.Remaining != 2 {
+		t.Fatalf("r1 settled at 0 with r2 after it: %+v, want Remaining 2 (nothing back)", d)
+	}
+	if d := mustSettle(t, r2, 1); d.Remaining != 5 {
+		t.Fatalf("r2 settled at 1: %+v, want Remaining 5 (3 back)", d)
+	}
+}
+
+// TestTokenBucketSettleDebtDelaysExactly: capacity 5 at 1/s. A Take of 1
+// settled at 10 books 9 more: the bucket, which held 4, owes 5, so the next
+// event waits exactly 5s more than the 1s a token takes: 6s.
+func TestTokenBucketSettleDebtDelaysExactly(t *testing.T) {
+	tb, clk := newTB(t, PerSecond(1), 5)
+	r := mustTake(t, tb, "k", 1, true)
+	d := mustSettle(t, r, 10)
+	if d.Remaining != 0 || d.ResetAfter != 10*time.Second {
+		t.Fatalf("after Settle(10): %+v, want Remaining 0, ResetAfter 10s", d)
+	}
+	if d, _ := tb.AllowN(bg, "k", 1); d.Allowed || d.RetryAfter != 6*time.Second {
+		t.Fatalf("AllowN(1) after the debt: %+v, want refused with RetryAfter 6s", d)
+	}
+	clk.Advance(6*time.Second - 1)
+	if tb.Allow("k") {
+		t.Fatal("allowed 1ns before the debt is paid")
+	}
+	clk.Advance(1)
+	if !tb.Allow("k") {
+		t.Fatal("refused once the debt is paid")
+	}
+	if tb.Allow("k") {
+		t.Fatal("a second event allowed at once after paying the debt")
+	}
+}
+
+// TestTokenBucketSettleDebtAfterRefill: the excess counts as having acted
+// with the booking: settled after the bucket has refilled for a while, the
+// debt is measured from where the booking left TAT, and the refill since
+// has paid part of it. Capacity 10 at 1/s: a Take of 1 at t0 settled at 15
+// at t0+10s leaves TAT at t0+15s: 5 tokens now, full in 5s; settled at 15
+// at t0+20s it leaves a full bucket.
+func TestTokenBucketSettleDebtAfterRefill(t *testing.T) {
+	for _, c := range []struct {
+		after     time.Duration
+		remaining int
+		reset     time.Duration
+	}{{10 * time.Second, 5, 5 * time.Second}, {20 * time.Second, 10, 0}} {
+		tb, clk := newTB(t, PerSecond(1), 10)
+		r := mustTake(t, tb, "k", 1, true)
+		clk.Advance(c.after)
+		if d := mustSettle(t, r, 15); d.Remaining != c.remaining || d.ResetAfter != c.reset {
+			t.Errorf("settled %v after: %+v, want Remaining %d, ResetAfter %v", c.after, d, c.remaining, c.reset)
+		}
+	}
+}
+
+// TestSettleErrors: the error contract, on the token bucket.
+func TestSettleErrors(t *testing.T) {
+	tb, _ := newTB(t, PerSecond(1), 2)
+	r := mustTake(t, tb, "k", 2, true)
+	if _, err := r.Settle(-1); !errors.Is(err, ErrNegativeN) {
+		t.Fatalf("Settle(-1): %v, want ErrNegativeN", err)
+	}
+	if d := tbPeek(t, tb); d.Remaining != 0 {
+		t.Fatalf("Settle(-1) changed the bucket: %+v", d)
+	}
+	mustSettle(t, r, 2) // still settleable after the refused call
+	if _, err := r.Settle(1); !errors.Is(err, ErrSettled) {
+		t.Fatalf("second Settle: %v, want ErrSettled", err)
+	}
+
+	refused := mustTake(t, tb, "k", 1, false)
+	if _, err := refused.Settle(0); !errors.Is(err, ErrSettled) {
+		t.Fatalf("Settle of a refused Take: %v, want ErrSettled", err)
+	}
+	if d := refused.Decision(); d.RetryAfter != time.Second {
+		t.Fatalf("refused Take's Decision: %+v, want RetryAfter 1s as AllowN", d)
+	}
+
+	tb2, _ := newTB(t, PerSecond(1), 2)
+	c := mustTake(t, tb2, "k", 1, true)
+	c.Cancel()
+	if _, err := c.Settle(1); !errors.Is(err, ErrSettled) {
+		t.Fatalf("Settle after Cancel: %v, want ErrSettled", err)
+	}
+
+	foreign := NewReservation(nil, true, Decision{Allowed: true}, time.Now(), nil)
+	if _, err := foreign.Settle(1); !errors.Is(err, ErrCannotSettle) {
+		t.Fatalf("Settle without a SettleFunc: %v, want ErrCannotSettle", err)
+	}
+	var got int
+	f := NewReservation(nil, true, Decision{}, time.Now(), nil).SetSettle(func(_ time.Time, actual int) (Decision, error) {
+		got = actual
+		return Decision{Allowed: true, Limit: 7}, nil
+	})
+	if d, err := f.Settle(3); err != nil || got != 3 || d.Limit != 7 {
+		t.Fatalf("SetSettle: %+v, %v, called with %d", d, err, got)
+	}
+	if _, err := f.Settle(3); !errors.Is(err, ErrSettled) {
+		t.Fatalf("second Settle through SetSettle: %v, want ErrSettled", err)
+	}
+}
+
+// TestTakeContract: Take decides as AllowN does.
+func TestTakeContract(t *testing.T) {
+	tb, _ := newTB(t, PerSecond(1), 3)
+	if r := mustTake(t, tb, "k", 0, false); r.Decision().Remaining != 3 {
+		t.Fatalf("peek: %+v", r.Decision())
+	}
+	if _, err := tb.Take(bg, "k", 4); !errors.Is(err, ErrExceedsLimit) {
+		t.Fatalf("Take(4) of 3: %v, want ErrExceedsLimit", err)
+	}
+	if _, err := tb.Take(bg, "k", -1); !errors.Is(err, ErrNegativeN) {
+		t.Fatalf("Take(-1): %v, want ErrNegativeN", err)
+	}
+	r := mustTake(t, tb, "k", 3, true)
+	if r.Delay() != 0 || r.Decision().Remaining != 0 {
+		t.Fatalf("Take(3): %+v, delay %v", r.Decision(), r.Delay())
+	}
+	mustTake(t, tb, "k", 1, false)
+}
+
+// TestResetVoidsOnlyItsKey: a Reset voids the give-back of the bookings
+// on its key alone. Before, it voided every key's.
+func TestResetVoidsOnlyItsKey(t *testing.T) {
+	tb, _ := newTB(t, PerSecond(10), 2)
+	ra := mustTake(t, tb, "a", 2, true)
+	rb := mustTake(t, tb, "b", 2, true)
+	tb.Reset("a")
+	rb.Cancel()
+	if d, _ := tb.AllowN(bg, "b", 0); d.Remaining != 2 {
+		t.Fatalf("b after Cancel, a reset: %+v, want Remaining 2", d)
+	}
+	// a, reset, books 2 again, leaving its TAT where ra left it: ra's
+	// Cancel must not give back the new booking's tokens.
+	mustTake(t, tb, "a", 2, true)
+	ra.Cancel()
+	if d, _ := tb.AllowN(bg, "a", 0); d.Remaining != 0 {
+		t.Fatalf("a after a Cancel of a booking from before its Reset: %+v, want Remaining 0", d)
+	}
+}
