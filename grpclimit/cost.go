@@ -51,6 +51,7 @@ const (
 	whyNoTaker = "grpclimit: nothing to settle: the interceptor's limiter cannot book for a settlement (it is no ratelimit.Taker)"
 	whyNoRules = "grpclimit: nothing to settle: a limiter of the method's rules cannot book for a settlement (it is no ratelimit.Taker)"
 	whyFree    = "grpclimit: nothing to settle: the call cost 0, so nothing was booked"
+	whyShadows = "grpclimit: nothing to settle: the method's rules are all shadow rules, which do not settle"
 )
 
 // chargedStream is a stream whose context carries its charge.
@@ -115,7 +116,7 @@ func (s *ServerLimit) chargeLimiter(ctx context.Context, method, key string, hea
 	case res != nil && res.OK():
 		var show func([]ratelimit.Decision)
 		if c.metadata {
-			show = func(ds []ratelimit.Decision) { trailer(rateMetadata(s.policyFor(ds[0].Limit), s.item, ds[0], 0)) }
+			show = func(ds []ratelimit.Decision) { trailer(settledMetadata(s.policyFor(ds[0].Limit), s.item, ds[0])) }
 		}
 		return charge.New([]*ratelimit.Reservation{res}, []ratelimit.Decision{d}, show), nil
 	case s.taker == nil:
@@ -133,7 +134,7 @@ func (s *ServerLimit) chargeRules(ctx context.Context, method string, cv *classV
 	if err != nil {
 		return nil, err
 	}
-	if cv.limits == nil || n == 0 {
+	if cv.limits == nil || n == 0 || cv.allShadow {
 		d, err := cv.set.Check(ctx, who, n)
 		if err != nil {
 			return nil, s.chargeFailed(ctx, method, n, err)
@@ -145,8 +146,11 @@ func (s *ServerLimit) chargeRules(ctx context.Context, method string, cv *classV
 		if !d.Allowed {
 			return nil, denial(d.RetryAfter, violations(cv, d.Len(), d.At))
 		}
-		if cv.limits == nil {
+		switch {
+		case cv.limits == nil:
 			return charge.Unsettled(whyNoRules), nil
+		case cv.allShadow:
+			return charge.Unsettled(whyShadows), nil
 		}
 		return charge.Unsettled(whyFree), nil
 	}
@@ -182,8 +186,16 @@ func (s *ServerLimit) chargeRules(ctx context.Context, method string, cv *classV
 	if c.metadata {
 		show = func(ds []ratelimit.Decision) {
 			i := ratelimit.Strictest(ds)
-			trailer(rateMetadata(cv.policy, cv.items[i], ds[i], 0))
+			trailer(settledMetadata(cv.policy, cv.items[i], ds[i]))
 		}
 	}
 	return charge.New(res, ds, show), nil
+}
+
+// settledMetadata is the trailer metadata of a settled call: the key's
+// state after the settlement. The call was allowed, so a debt it left
+// shows as no quota remaining until the reset, never as a retry-after.
+func settledMetadata(policy, item string, d ratelimit.Decision) metadata.MD {
+	d.Allowed, d.RetryAfter = true, 0
+	return rateMetadata(policy, item, d, 0)
 }

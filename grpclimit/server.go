@@ -373,7 +373,8 @@ type classView struct {
 	needUser, needIP bool
 	// limits holds rule i's limiter as a Taker (its Key to fill in), for
 	// WithCost's bookings; nil if some rule's limiter is no Taker.
-	limits []charge.Limit
+	limits    []charge.Limit
+	allShadow bool // every rule is a shadow rule
 }
 
 // RateLimit returns a ServerLimit that takes one event of lim (WithCost:
@@ -448,10 +449,16 @@ func newClassView(set *ratelimit.RuleSet) *classView {
 	cv := &classView{set: set, rules: set.Rules()}
 	var policy []string
 	canTake := true
+	cv.allShadow = len(cv.rules) > 0
 	for _, r := range cv.rules {
-		t, ok := r.Limiter.(ratelimit.Taker)
-		canTake = canTake && ok
-		cv.limits = append(cv.limits, charge.Limit{Taker: t, Shadow: r.Shadow})
+		cv.allShadow = cv.allShadow && r.Shadow
+		l := charge.Limit{Shadow: r.Limiter} // a shadow: charged, never settled
+		if !r.Shadow {
+			t, ok := r.Limiter.(ratelimit.Taker)
+			l = charge.Limit{Taker: t}
+			canTake = canTake && ok
+		}
+		cv.limits = append(cv.limits, l)
 		item := field.String(r.Name)
 		cv.items = append(cv.items, item)
 		policy = append(policy, field.PolicyItem(item, r.Burst, r.Window()))
@@ -653,7 +660,6 @@ func violations(cv *classView, n int, at func(int) ratelimit.Decision) []violati
 	}
 	return vs
 }
-
 
 // violation is one policy that denied a call.
 type violation struct {

@@ -133,6 +133,7 @@ const (
 	whyNoTaker = "httplimit: nothing to settle: the middleware's limiter cannot book for a settlement (it is no ratelimit.Taker)"
 	whyNoRules = "httplimit: nothing to settle: a limiter of the request's rules cannot book for a settlement (it is no ratelimit.Taker)"
 	whyFree    = "httplimit: nothing to settle: the request cost 0, so nothing was booked"
+	whyShadows = "httplimit: nothing to settle: the request's rules are all shadow rules, which do not settle"
 )
 
 // serveCost is Middleware's path for a request with WithCost: it charges
@@ -164,15 +165,15 @@ func (m *limitMiddleware) serveCost(w http.ResponseWriter, r *http.Request, next
 		return
 	}
 	h := w.Header()
-	show := func(ds []ratelimit.Decision) {
-		v := view{item: m.item, d: ds[0], retry: ds[0].RetryAfter, denied: !ds[0].Allowed}
+	headers := func(d ratelimit.Decision, denied bool) {
+		v := view{item: m.item, d: d, retry: d.RetryAfter, denied: denied}
 		if c.headers&IETFHeaders != 0 {
-			v.policy = m.policyFor(ds[0].Limit)
+			v.policy = m.policyFor(d.Limit)
 		}
 		write(h, c.headers, &v)
 	}
 	if !m.shadow {
-		show([]ratelimit.Decision{d})
+		headers(d, !d.Allowed)
 	}
 	if !d.Allowed {
 		c.denied(w, r, Denial{Decision: d, Policies: m.names})
@@ -181,6 +182,10 @@ func (m *limitMiddleware) serveCost(w http.ResponseWriter, r *http.Request, next
 	var ch *charge.Charge
 	switch {
 	case res != nil && res.OK():
+		// The request was allowed: a debt its settlement leaves shows as
+		// no quota remaining until the reset, never as a Retry-After on
+		// its response.
+		show := func(ds []ratelimit.Decision) { headers(ds[0], false) }
 		if m.shadow {
 			show = nil
 		}
@@ -210,7 +215,7 @@ func (m *rulesMiddleware) serveCost(w http.ResponseWriter, r *http.Request, next
 		c.onError(w, r, &costError{cost: n, err: ratelimit.ErrNegativeN})
 		return
 	}
-	if cv.limits == nil || n == 0 {
+	if cv.limits == nil || n == 0 || cv.shadows == len(cv.names) {
 		// Nothing to book: decide as Check does.
 		d, err := cv.set.Check(r.Context(), who, n)
 		if err != nil {
@@ -227,8 +232,11 @@ func (m *rulesMiddleware) serveCost(w http.ResponseWriter, r *http.Request, next
 			return
 		}
 		why := whyFree
-		if cv.limits == nil {
+		switch {
+		case cv.limits == nil:
 			why = whyNoRules
+		case cv.shadows == len(cv.names):
+			why = whyShadows
 		}
 		serveCharged(w, r, next, charge.Unsettled(why))
 		return
@@ -257,15 +265,15 @@ func (m *rulesMiddleware) serveCost(w http.ResponseWriter, r *http.Request, next
 		return
 	}
 	h := w.Header()
+	i := ratelimit.Strictest(ds) // never a shadow rule's
+	v := view{policy: cv.policy, item: cv.items[i], d: ds[i], retry: charge.Combine(ds).RetryAfter, denied: !allowed}
+	write(h, c.headers, &v)
+	// After the settlement, as for Middleware: no Retry-After on an
+	// allowed request, whatever debt it left.
 	show := func(ds []ratelimit.Decision) {
-		i := ratelimit.Strictest(ds) // never a shadow rule's
-		v := view{policy: cv.policy, item: cv.items[i], d: ds[i], retry: charge.Combine(ds).RetryAfter, denied: !ds[i].Allowed}
+		i := ratelimit.Strictest(ds)
+		v := view{policy: cv.policy, item: cv.items[i], d: ds[i]}
 		write(h, c.headers, &v)
-	}
-	if cv.shadows == len(cv.names) { // only shadow rules: nothing to tell the client
-		show = nil
-	} else {
-		show(ds)
 	}
 	if !allowed {
 		c.denied(w, r, Denial{Decision: charge.Combine(ds), Policies: violated(cv, len(ds), func(i int) ratelimit.Decision { return ds[i] })})

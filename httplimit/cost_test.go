@@ -221,7 +221,7 @@ func (l *recordingLimiter) AllowN(ctx context.Context, key string, n int) (ratel
 func TestCostNegativeNeverReachesTheLimiter(t *testing.T) {
 	clock := ratelimit.NewManualClock(t0)
 	rec := &recordingLimiter{Limiter: tokenBucket(t, ratelimit.PerSecond(1), 5, clock)}
-	h := Middleware(rec, WithCost(costHeader))(okHandler)
+	h := Middleware(rec, WithCost(costHeader), withLog(func(string) {}))(okHandler)
 	serve(h, "GET", "/", "192.0.2.1:1", "X-Cost", "-2")
 	serve(h, "GET", "/", "192.0.2.1:1", "X-Cost", "2")
 	if fmt.Sprint(rec.ns) != "[2]" {

@@ -677,9 +677,13 @@ func newClassView(set *ratelimit.RuleSet) *classView {
 	cv := &classView{set: set}
 	canTake := true
 	for _, r := range set.Rules() {
-		t, ok := r.Limiter.(ratelimit.Taker)
-		canTake = canTake && ok
-		cv.limits = append(cv.limits, charge.Limit{Taker: t, Shadow: r.Shadow})
+		l := charge.Limit{Shadow: r.Limiter} // a shadow: charged, never settled
+		if !r.Shadow {
+			t, ok := r.Limiter.(ratelimit.Taker)
+			l = charge.Limit{Taker: t}
+			canTake = canTake && ok
+		}
+		cv.limits = append(cv.limits, l)
 		cv.scopes = append(cv.scopes, r.Scope)
 		item := field.String(r.Name)
 		cv.names = append(cv.names, r.Name)

@@ -284,7 +284,7 @@ func TestSettleKeepsBound(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 0))
 			clock := ratelimit.NewManualClock(t0)
 			lim := tokenBucket(t, ratelimit.Per(1, T), C, clock)
-			h := Middleware(lim, WithCost(costHeader), WithKey(ByHeader("X-Key")))(settling(t))
+			h := Middleware(lim, WithCost(costHeader), WithKey(ByHeader("X-Key")), withLog(func(string) {}))(settling(t))
 			srv := httptest.NewServer(h)
 			defer srv.Close()
 			type event struct {
@@ -301,10 +301,11 @@ func TestSettleKeepsBound(t *testing.T) {
 					cost = -1
 				}
 				actual := -2 // not settled
-				switch rng.IntN(5) {
-				case 0, 1:
+				switch k := rng.IntN(5); {
+				case cost < 0:
+				case k <= 1:
 					actual = rng.IntN(cost + 1) // below or at
-				case 2:
+				case k == 2:
 					actual = cost + rng.IntN(2*C) // at or above
 				}
 				header := []string{"X-Key", key, "X-Cost", strconv.Itoa(cost)}

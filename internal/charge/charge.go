@@ -17,8 +17,9 @@
 //     cancel, and a concurrent booking on the same key can then keep a
 //     bucket's give-back from being whole (the bound still holds: the
 //     limiter counts more, never less).
-//  3. Shadow limits (ratelimit.Shadow) are booked last, only once every
-//     enforced limit allowed, as ratelimit.AllowAll asks them.
+//  3. Shadow limits (ratelimit.Shadow) are charged last, with AllowN,
+//     only once every enforced limit allowed, as ratelimit.AllowAll asks
+//     them. A Shadow cannot settle: its charge stays as made.
 //  4. A booking is settled at most once: Charge.Settle settles every
 //     booking of the request at the one actual cost, and a second Settle
 //     gets the reservations' ratelimit.ErrSettled. A request never
@@ -36,22 +37,28 @@ import (
 )
 
 // Limit is one limit a request is charged under: a limiter that can
-// book, and the request's key on it.
+// book, or a shadow, and the request's key on it.
 type Limit struct {
-	Taker  ratelimit.Taker
+	Taker ratelimit.Taker
+	// Shadow, if not nil instead of Taker, is a ratelimit.Shadow: it never
+	// restricts and cannot settle, so it is charged with AllowN, last, and
+	// its charge is not settled.
+	Shadow ratelimit.Limiter
 	Key    string
-	Shadow bool // a ratelimit.Shadow: booked last, it never restricts
 }
+
+func (l *Limit) shadow() bool { return l.Shadow != nil }
 
 // Take books n > 0 events under every limit, all or nothing (rules 1 to
 // 3). ds and res have len(limits): ds[i] is limit i's decision (as
 // booked if allowed; as the limit stands, or its denial, if not), and, if
-// allowed, res[i] its booking. On a denial or an error every res[i] is
-// nil; an error is the first a limiter returned, after the give-back.
+// allowed, res[i] its booking (nil for a shadow). On a denial or an error
+// every res[i] is nil; an error is the first a limiter returned, after the
+// give-back.
 func Take(ctx context.Context, n int, limits []Limit, ds []ratelimit.Decision, res []*ratelimit.Reservation) (allowed bool, err error) {
 	enforced := 0
 	for i := range limits {
-		if !limits[i].Shadow {
+		if !limits[i].shadow() {
 			enforced++
 		}
 	}
@@ -63,7 +70,16 @@ func Take(ctx context.Context, n int, limits []Limit, ds []ratelimit.Decision, r
 	for _, shadows := range [2]bool{false, true} {
 		for i := range limits {
 			l := &limits[i]
-			if l.Shadow != shadows {
+			if l.shadow() != shadows {
+				continue
+			}
+			if shadows {
+				d, err := l.Shadow.AllowN(ctx, l.Key, n)
+				if err != nil {
+					cancelAll(limits, res)
+					return false, err
+				}
+				ds[i] = d
 				continue
 			}
 			r, err := l.Taker.Take(ctx, l.Key, n)
@@ -101,7 +117,7 @@ func probe(ctx context.Context, n int, limits []Limit, ds []ratelimit.Decision, 
 			return false, err
 		}
 		ds[i] = d
-		if l.Shadow || d.Remaining >= n {
+		if l.shadow() || d.Remaining >= n {
 			continue
 		}
 		r, err := l.Taker.Take(ctx, l.Key, n)
@@ -122,6 +138,9 @@ func probe(ctx context.Context, n int, limits []Limit, ds []ratelimit.Decision, 
 }
 
 func peek(ctx context.Context, l *Limit) (ratelimit.Decision, error) {
+	if l.shadow() {
+		return l.Shadow.AllowN(ctx, l.Key, 0)
+	}
 	r, err := l.Taker.Take(ctx, l.Key, 0)
 	if err != nil {
 		return ratelimit.Decision{}, err
@@ -129,16 +148,12 @@ func peek(ctx context.Context, l *Limit) (ratelimit.Decision, error) {
 	return r.Decision(), nil
 }
 
-// cancelAll cancels every booking in res, in the reverse of the order
-// Take booked them (shadows, then enforced limits, each from the last),
-// and clears res.
+// cancelAll cancels every booking in res, latest first, and clears res.
 func cancelAll(limits []Limit, res []*ratelimit.Reservation) {
-	for _, shadows := range [2]bool{true, false} {
-		for i := len(limits) - 1; i >= 0; i-- {
-			if limits[i].Shadow == shadows && res[i] != nil {
-				res[i].Cancel()
-				res[i] = nil
-			}
+	for i := len(limits) - 1; i >= 0; i-- {
+		if res[i] != nil {
+			res[i].Cancel()
+			res[i] = nil
 		}
 	}
 }
@@ -217,6 +232,10 @@ func (c *Charge) Settle(actual int) error {
 	var first error
 	settled := 0
 	for _, r := range c.res {
+		if r == nil { // a shadow's charge: not settled
+			got = append(got, result{})
+			continue
+		}
 		d, err := r.Settle(actual)
 		if err != nil {
 			if first == nil {
