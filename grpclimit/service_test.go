@@ -118,13 +118,19 @@ var otherDesc = grpc.ServiceDesc{
 // it made with dial, and the service.
 func serve(t *testing.T, opts []grpc.ServerOption, dial ...grpc.DialOption) (*grpc.ClientConn, *echo) {
 	t.Helper()
+	return serveDesc(t, opts, &echoDesc, dial...)
+}
+
+// serveDesc is serve with desc in place of test.Echo.
+func serveDesc(t *testing.T, opts []grpc.ServerOption, desc *grpc.ServiceDesc, dial ...grpc.DialOption) (*grpc.ClientConn, *echo) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(opts...)
 	e := &echo{}
-	srv.RegisterService(&echoDesc, e)
+	srv.RegisterService(desc, e)
 	srv.RegisterService(&otherDesc, e)
 	go srv.Serve(ln)
 	t.Cleanup(srv.Stop)
