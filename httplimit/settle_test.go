@@ -364,3 +364,71 @@ func TestSettleKeepsBound(t *testing.T) {
 		})
 	}
 }
+
+// Eight clients at once through RulesMiddleware, with random costs and
+// settlements, the clock standing still: no booking is lost and none is
+// counted twice. Each rule's bucket ends having consumed (ResetAfter over
+// the refill interval) at least what the allowed requests were settled at
+// (a surplus comes back only while its booking is the key's latest) and
+// at most the larger of charge and settlement, summed.
+func TestSettleConcurrent(t *testing.T) {
+	const T = time.Millisecond
+	clock := ratelimit.NewManualClock(t0)
+	rules, err := ratelimit.ParseRules(`
+		GET /items: 1000/s burst 400 per ip as ip
+		*:          1000/s burst 300 global as global
+	`, ratelimit.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(RulesMiddleware(rules, WithCost(costHeader))(settling(t)))
+	defer srv.Close()
+	type tally struct{ settled, most, denied int }
+	results := make(chan tally, 8)
+	for g := range 8 {
+		go func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 7))
+			var tl tally
+			for range 40 {
+				cost := 1 + rng.IntN(10)
+				actual := rng.IntN(20)
+				h := []string{"X-Cost", strconv.Itoa(cost)}
+				settle := rng.IntN(4) != 0
+				if settle {
+					h = append(h, "X-Actual", strconv.Itoa(actual))
+				}
+				got := fetchFrom(t, srv, "/items", h...)
+				if got.code != 200 {
+					tl.denied += cost
+					continue
+				}
+				if !settle {
+					actual = cost
+				} else if got.body != "settled" {
+					t.Errorf("settle: %q", got.body)
+				}
+				tl.settled += actual
+				tl.most += max(cost, actual)
+			}
+			results <- tl
+		}()
+	}
+	var sum tally
+	for range 8 {
+		tl := <-results
+		sum.settled += tl.settled
+		sum.most += tl.most
+		sum.denied += tl.denied
+	}
+	for i, key := range []string{"127.0.0.1", ""} {
+		lim := rules.For("GET /items").Rules()[i].Limiter
+		d, _ := lim.AllowN(t.Context(), key, 0)
+		used := int(d.ResetAfter / T)
+		if used < sum.settled || used > sum.most+sum.denied {
+			t.Errorf("rule %d: consumed %d, want between %d (settled) and %d", i, used, sum.settled, sum.most+sum.denied)
+		}
+	}
+	if sum.settled == 0 || sum.denied == 0 {
+		t.Fatalf("settled %d, denied %d: the run checks little", sum.settled, sum.denied)
+	}
+}
