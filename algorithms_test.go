@@ -20,11 +20,12 @@ var algorithms = []algorithm{
 		build: func(rate Rate, capacity int, opts ...Option) (testLimiter, error) {
 			return asTestLimiter(NewTokenBucket(rate, capacity, opts...))
 		},
-		setRate:  func(l testLimiter, rate Rate, capacity int) error { return l.(*TokenBucket).SetRate(rate, capacity) },
-		actBound: tokenActBound,
-		bound:    bucketBound,
-		stepFuzz: fuzzTokenBucket,
-		longRuns: lrTokenBucketRuns,
+		setRate:   func(l testLimiter, rate Rate, capacity int) error { return l.(*TokenBucket).SetRate(rate, capacity) },
+		actBound:  tokenActBound,
+		costBound: tokenCostBound,
+		bound:     bucketBound,
+		stepFuzz:  fuzzTokenBucket,
+		longRuns:  lrTokenBucketRuns,
 		bench: allowBench{
 			allow: func() (allower, error) { return NewTokenBucket(PerSecond(1e9), 1e9) },
 			deny:  func() (allower, error) { return NewTokenBucket(PerDay(1), 1) },
@@ -37,11 +38,12 @@ var algorithms = []algorithm{
 		build: func(rate Rate, capacity int, opts ...Option) (testLimiter, error) {
 			return asTestLimiter(NewLeakyBucket(rate, capacity, opts...))
 		},
-		setRate:  func(l testLimiter, rate Rate, capacity int) error { return l.(*LeakyBucket).SetRate(rate, capacity) },
-		actBound: leakyActBound,
-		bound:    bucketBound,
-		stepFuzz: fuzzLeakyBucket,
-		longRuns: lrLeakyBucketRuns,
+		setRate:   func(l testLimiter, rate Rate, capacity int) error { return l.(*LeakyBucket).SetRate(rate, capacity) },
+		actBound:  leakyActBound,
+		costBound: leakyCostBound,
+		bound:     bucketBound,
+		stepFuzz:  fuzzLeakyBucket,
+		longRuns:  lrLeakyBucketRuns,
 		bench: allowBench{
 			// Allow needs an empty queue: slots of 1 ns empty between calls.
 			allow: func() (allower, error) { return NewLeakyBucket(Every(time.Nanosecond), 1) },
@@ -54,8 +56,9 @@ var algorithms = []algorithm{
 		build: func(rate Rate, _ int, opts ...Option) (testLimiter, error) {
 			return asTestLimiter(NewFixedWindow(rate, opts...))
 		},
-		setRate:  func(l testLimiter, rate Rate, _ int) error { return l.(*FixedWindow).SetRate(rate) },
-		actBound: fixedWindowActBound,
+		setRate:   func(l testLimiter, rate Rate, _ int) error { return l.(*FixedWindow).SetRate(rate) },
+		actBound:  fixedWindowActBound,
+		costBound: fixedWindowCostBound,
 		bound: func(r Rate, l, e int64) int64 {
 			if e == 0 {
 				return l
@@ -80,9 +83,10 @@ var algorithms = []algorithm{
 		build: func(rate Rate, _ int, opts ...Option) (testLimiter, error) {
 			return asTestLimiter(NewSlidingLog(rate, opts...))
 		},
-		setRate:  func(l testLimiter, rate Rate, _ int) error { return l.(*SlidingLog).SetRate(rate) },
-		actBound: slidingLogActBound,
-		bound:    func(r Rate, l, e int64) int64 { return satMul(l, e/int64(r.Period)+1) },
+		setRate:   func(l testLimiter, rate Rate, _ int) error { return l.(*SlidingLog).SetRate(rate) },
+		actBound:  slidingLogActBound,
+		costBound: slidingLogCostBound,
+		bound:     func(r Rate, l, e int64) int64 { return satMul(l, e/int64(r.Period)+1) },
 		window: &windowSuite{
 			oracle:      func(l int, w int64) winOracle { return newSLOracle(l, w) },
 			oracleRates: [][2]int64{{1, 1000}, {3, 1000}, {10, 997}, {5, int64(time.Second)}},
@@ -105,8 +109,9 @@ var algorithms = []algorithm{
 		build: func(rate Rate, _ int, opts ...Option) (testLimiter, error) {
 			return asTestLimiter(NewSlidingWindowCounter(rate, opts...))
 		},
-		setRate:  func(l testLimiter, rate Rate, _ int) error { return l.(*SlidingWindowCounter).SetRate(rate) },
-		actBound: slidingCounterActBound,
+		setRate:   func(l testLimiter, rate Rate, _ int) error { return l.(*SlidingWindowCounter).SetRate(rate) },
+		actBound:  slidingCounterActBound,
+		costBound: slidingCounterCostBound,
 		bound: func(r Rate, l, e int64) int64 {
 			if e == 0 {
 				return l
@@ -153,6 +158,9 @@ type algorithm struct {
 	// actBound checks the events of one key that acted against the bound
 	// at rate with capacity (cancel_test.go).
 	actBound func(rate Rate, capacity int) func(evs []actEvent) error
+	// costBound is actBound with settled costs: the bound plus the excess
+	// it excuses (settle_bound_test.go).
+	costBound func(rate Rate, capacity int) func(evs []costEvent) error
 	// window is set for a window algorithm: the window suite's oracle
 	// (windows_test.go).
 	window *windowSuite
@@ -224,8 +232,8 @@ func TestAlgorithmsComplete(t *testing.T) {
 			t.Errorf("entry %q: a name and a vector name, each unique, are required", alg.name)
 		}
 		seen[alg.name], seen["vectors:"+alg.vectors] = true, true
-		if alg.build == nil || alg.setRate == nil || alg.bound == nil || alg.actBound == nil || alg.longRuns == nil || alg.bench.allow == nil || alg.bench.deny == nil {
-			t.Errorf("%s: build, setRate, bound, actBound, longRuns and bench are required", alg.name)
+		if alg.build == nil || alg.setRate == nil || alg.bound == nil || alg.actBound == nil || alg.costBound == nil || alg.longRuns == nil || alg.bench.allow == nil || alg.bench.deny == nil {
+			t.Errorf("%s: build, setRate, bound, actBound, costBound, longRuns and bench are required", alg.name)
 		}
 		if (alg.stepFuzz == nil) == (alg.windowFuzz == nil) {
 			t.Errorf("%s: exactly one of stepFuzz and windowFuzz is required", alg.name)

@@ -41,8 +41,10 @@ type boundCase struct {
 	// unit is the typical spacing of events (the period over the count),
 	// the scale of the random clock moves.
 	unit time.Duration
-	// check returns an error if the events of one key break the bound.
-	check func(evs []actEvent) error
+	// check returns an error if the events of one key break the bound;
+	// costCheck, if they break it with settled costs.
+	check     func(evs []actEvent) error
+	costCheck func(evs []costEvent) error
 }
 
 // boundCases lists every algorithm of the registry (algorithms_test.go),
@@ -69,7 +71,7 @@ func boundCases() []boundCase {
 				name:  fmt.Sprintf("%s/%v/C%d", alg.name, rate, c),
 				build: func(clk Clock) (testLimiter, error) { return alg.build(rate, c, WithClock(clk)) },
 				maxN:  c, unit: max(rate.Period/time.Duration(rate.N), 1),
-				check: alg.actBound(rate, c),
+				check: alg.actBound(rate, c), costCheck: alg.costBound(rate, c),
 			})
 		}
 	}
@@ -79,7 +81,7 @@ func boundCases() []boundCase {
 				name:  fmt.Sprintf("%s/%v", alg.name, rate),
 				build: func(clk Clock) (testLimiter, error) { return alg.build(rate, 0, WithClock(clk)) },
 				maxN:  int(rate.N), unit: rate.Period / time.Duration(rate.N),
-				check: alg.actBound(rate, 0),
+				check: alg.actBound(rate, 0), costCheck: alg.costBound(rate, 0),
 			})
 		}
 	}

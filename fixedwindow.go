@@ -112,10 +112,9 @@ func (p *fwParams) init(s *fwState, now int64) { *s = fwState{start: windowStart
 
 func (p *fwParams) keyGen(s *fwState) uint32 { return s.kgen }
 
-func (p *fwParams) reset(s *fwState, now int64) {
-	g := s.kgen
+func (p *fwParams) reset(s *fwState, now int64, gen uint32) {
 	p.init(s, now)
-	s.kgen = g + 1
+	s.kgen = gen
 }
 
 func (p *fwParams) atRest(s *fwState, now int64) bool {

@@ -42,13 +42,12 @@ type algo[S, P any] interface {
 	// debt, with no admission check, in p's units, the state adopted
 	// first if it was written under earlier parameters.
 	settle(s *S, n, actual int64, b booked, now int64, same bool)
-	// keyGen is the key's generation: how many times Reset has set it up
-	// afresh since it was created, wrapping at 2³². A booking gives
-	// nothing back to a later generation.
+	// keyGen is the key's generation (see keyed.resets). A booking gives
+	// nothing back to another generation.
 	keyGen(s *S) uint32
-	// reset sets the key up afresh at now, as init does, in the next
-	// generation.
-	reset(s *S, now int64)
+	// reset sets the key up afresh at now, as init does, in generation
+	// gen.
+	reset(s *S, now int64, gen uint32)
 	// atRest reports whether the state was back to a full allowance with
 	// nothing booked at now: dropping it changes no later decision. The
 	// store may ask with a now in the past (now minus a grace period): a
@@ -90,6 +89,17 @@ type keyed[S, P any, A algo[S, P]] struct {
 	st  *keystore.Store[S]
 	sw  *sweeper  // nil without WithSweepInterval
 	obs *observed // nil without WithObserver: Allow's one check
+
+	// resets counts the Resets of any key, wrapping at 2³². A key is set
+	// up in the generation it reads (see algo.keyGen), and a Reset moves
+	// it to a new one, so that a booking made on a key before its Reset
+	// gives nothing back after it. A key that Reset leaves at rest may be
+	// dropped while bookings made before are pending; set up again, it
+	// reads the counter, which that Reset moved on, so it is in neither
+	// the bookings' generation nor any generation before. (A key dropped
+	// at rest with no Reset holds no booking that could give anything
+	// back: each ended by the time it was at rest.)
+	resets atomic.Uint32
 }
 
 // params holds a limiter's parameters, swapped whole by a change at run
@@ -117,9 +127,9 @@ func (k *keyed[S, P, A]) setup(p *P, opts []Option) error {
 	}
 	k.nc, k.obs = newNanoClock(cfg.clock), newObserved(&cfg)
 	k.ps.p.Store(p)
-	ps := &k.ps
+	ps, resets := &k.ps, &k.resets
 	k.st = keystore.New(keystore.Config{Shards: cfg.shards, MaxKeys: cfg.maxKeys},
-		func(s *S, now int64) { A(ps.p.Load()).init(s, now) },
+		func(s *S, now int64) { A(ps.p.Load()).reset(s, now, resets.Load()) },
 		func(s *S, now int64) bool { return A(ps.p.Load()).atRest(s, now) })
 	if cfg.sweepInterval > 0 {
 		st, nc := k.st, k.nc
@@ -249,7 +259,7 @@ func (k *keyed[S, P, A]) Reset(key string) {
 	now := k.nc.now()
 	h, fresh := k.st.Take(key, now, false)
 	if !fresh { // an absent key starts afresh already, and holds no booking
-		A(k.ps.p.Load()).reset(h.State(), now)
+		A(k.ps.p.Load()).reset(h.State(), now, k.resets.Add(1))
 	}
 	h.Release()
 }

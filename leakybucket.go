@@ -119,10 +119,9 @@ func (p *lbParams) init(s *lbState, now int64) { *s = lbState{end: ftime{Ns: now
 
 func (p *lbParams) keyGen(s *lbState) uint32 { return s.kgen }
 
-func (p *lbParams) reset(s *lbState, now int64) {
-	g := s.kgen
+func (p *lbParams) reset(s *lbState, now int64, gen uint32) {
 	p.init(s, now)
-	s.kgen = g + 1
+	s.kgen = gen
 }
 
 func (p *lbParams) atRest(s *lbState, now int64) bool { return s.end.NotAfter(ftime{Ns: now}) }

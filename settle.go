@@ -144,7 +144,8 @@ func (k *keyed[S, P, A]) settle(key string, n, actual int, bk booked, now int64)
 	s := h.State()
 	same := !fresh && bk.epoch&1 == 0 && k.ps.epoch.Load() == bk.epoch && a.keyGen(s) == bk.kgen
 	a.settle(s, int64(n), int64(actual), bk, now, same)
-	d, _, _ := decide(a, s, now, 0, 0)
+	a.admit(s, now, 0, 0) // a peek: brings the state to p's parameters, books nothing
+	d := a.describe(s, now, booked{act: now}, true)
 	h.Release()
 	return d
 }

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -196,5 +197,252 @@ func TestResetVoidsOnlyItsKey(t *testing.T) {
 	ra.Cancel()
 	if d, _ := tb.AllowN(bg, "a", 0); d.Remaining != 0 {
 		t.Fatalf("a after a Cancel of a booking from before its Reset: %+v, want Remaining 0", d)
+	}
+}
+
+// TestSettleBehaviour is the behaviour suite's part for Settle and Take,
+// over the registry of algorithms.
+func TestSettleBehaviour(t *testing.T) {
+	tests := []struct {
+		name string
+		run  func(t *testing.T, alg algorithm)
+	}{
+		{"TakeIsAllowN", testTakeIsAllowN},
+		{"SettleExact", testSettleExact},
+		{"SettleSurplusLatest", testSettleSurplusLatest},
+		{"SettleSurplusAfterAct", testSettleSurplusAfterAct},
+		{"SettleErrors", testSettleErrors},
+		{"SettleDebtDelays", testSettleDebtDelays},
+		{"SettleAfterReset", testSettleAfterReset},
+		{"SettleAfterResetAndDrop", testSettleAfterResetAndDrop},
+		{"SettleAfterSetRate", testSettleAfterSetRate},
+	}
+	for _, alg := range algorithms {
+		t.Run(alg.name, func(t *testing.T) {
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) { tt.run(t, alg) })
+			}
+		})
+	}
+}
+
+func suiteTake(t *testing.T, lim testLimiter, key string, n int) *Reservation {
+	t.Helper()
+	r, err := lim.(Taker).Take(bg, key, n)
+	if err != nil {
+		t.Fatalf("Take(%q, %d): %v", key, n, err)
+	}
+	return r
+}
+
+// testTakeIsAllowN: Take decides as AllowN does, on two limiters driven
+// alike, and its Reservation is OK exactly when AllowN allows.
+func testTakeIsAllowN(t *testing.T, alg algorithm) {
+	a, clkA := newSuiteLimiter(t, alg)
+	b, clkB := newSuiteLimiter(t, alg)
+	rng := rand.New(rand.NewPCG(7, 7))
+	for i := range 200 {
+		n := rng.IntN(suiteLimit + 1)
+		r := suiteTake(t, a, "k", n)
+		d := suiteAllowN(t, b, "k", n)
+		if r.Decision() != d || r.OK() != (d.Allowed && n > 0) {
+			t.Fatalf("step %d: Take(%d) %+v OK %v, AllowN %+v", i, n, r.Decision(), r.OK(), d)
+		}
+		if r.OK() && (r.Delay() != 0 || !r.TimeToAct().Equal(clkA.Now())) {
+			t.Fatalf("step %d: an OK Take must act now: delay %v", i, r.Delay())
+		}
+		step := time.Duration(rng.Int64N(int64(suitePeriod / suiteLimit)))
+		clkA.Advance(step)
+		clkB.Advance(step)
+	}
+}
+
+// testSettleExact: settling at the estimate changes nothing, and Cancel
+// then does nothing.
+func testSettleExact(t *testing.T, alg algorithm) {
+	lim, _ := newSuiteLimiter(t, alg)
+	r := suiteTake(t, lim, "k", 2)
+	before := suitePeek(t, lim, "k")
+	if d := mustSettle(t, r, 2); d != before {
+		t.Fatalf("Settle(2) of 2: %+v, want %+v", d, before)
+	}
+	r.Cancel()
+	if d := suitePeek(t, lim, "k"); d != before {
+		t.Fatalf("Cancel after Settle: %+v, want %+v", d, before)
+	}
+}
+
+// testSettleSurplusLatest: the latest booking settled at 0 is given back
+// whole, as if never made; settled at 1 it keeps 1.
+func testSettleSurplusLatest(t *testing.T, alg algorithm) {
+	lim, _ := newSuiteLimiter(t, alg)
+	full := suitePeek(t, lim, "k")
+	r := suiteTake(t, lim, "k", suiteLimit)
+	if d := mustSettle(t, r, 0); d != full {
+		t.Fatalf("Settle(0): %+v, want %+v", d, full)
+	}
+	ref, _ := newSuiteLimiter(t, alg)
+	suiteAllowN(t, ref, "k", 1)
+	r = suiteTake(t, lim, "k", suiteLimit)
+	if d, want := mustSettle(t, r, 1), suitePeek(t, ref, "k"); d != want {
+		t.Fatalf("Settle(1) of %d: %+v, want %+v (as AllowN(1))", suiteLimit, d, want)
+	}
+}
+
+// testSettleSurplusAfterAct: the time to act having passed, Cancel gives
+// nothing back but Settle still gives the surplus back (the latest
+// booking, its window still current).
+func testSettleSurplusAfterAct(t *testing.T, alg algorithm) {
+	lim, clk := newSuiteLimiter(t, alg)
+	ref, clkRef := newSuiteLimiter(t, alg)
+	r := suiteTake(t, lim, "k", 3)
+	suiteAllowN(t, ref, "k", 1)
+	clk.Advance(time.Nanosecond)
+	clkRef.Advance(time.Nanosecond)
+	if d, want := mustSettle(t, r, 1), suitePeek(t, ref, "k"); d != want {
+		t.Fatalf("Settle(1) of 3, 1ns after: %+v, want %+v", d, want)
+	}
+}
+
+// testSettleErrors: the error contract, on every algorithm.
+func testSettleErrors(t *testing.T, alg algorithm) {
+	lim, _ := newSuiteLimiter(t, alg)
+	r := suiteTake(t, lim, "k", 1)
+	before := suitePeek(t, lim, "k")
+	if _, err := r.Settle(-1); !errors.Is(err, ErrNegativeN) {
+		t.Fatalf("Settle(-1): %v", err)
+	}
+	if d := suitePeek(t, lim, "k"); d != before {
+		t.Fatalf("Settle(-1) changed %+v to %+v", before, d)
+	}
+	r.Cancel() // still cancellable after the refused Settle
+	if _, err := r.Settle(1); !errors.Is(err, ErrSettled) {
+		t.Fatalf("Settle after Cancel: %v", err)
+	}
+	makeBusy(t, alg, lim, "k")
+	if r := suiteTake(t, lim, "k", 1); r.OK() {
+		t.Fatal("Take on a busy key: OK")
+	} else if _, err := r.Settle(0); !errors.Is(err, ErrSettled) {
+		t.Fatalf("Settle of a refused Take: %v", err)
+	}
+	r = suiteReserve(t, lim, "other", 1)
+	mustSettle(t, r, 1)
+	if _, err := r.Settle(1); !errors.Is(err, ErrSettled) {
+		t.Fatalf("Settle twice: %v", err)
+	}
+}
+
+// debtCases pins, for each algorithm, how a debt delays what follows: a
+// Take of 1 at t0 on a fresh key, allowing 4 per second, settled at 10,
+// books 9 more. after is when the next event is first allowed (not 1ns
+// before), and then how many more are allowed at that instant.
+var debtCases = map[string]struct {
+	after time.Duration
+	then  int
+	why   string
+}{
+	// 10 tokens of 250ms taken from 4: TAT t0+2.5s; one more conforms
+	// once TAT+250ms <= now+1s.
+	"TokenBucket": {1750 * time.Millisecond, 1, "TAT at t0+2.5s"},
+	// The queue ends at t0+2.5s; Allow needs it empty.
+	"LeakyBucket": {2500 * time.Millisecond, 1, "queue end at t0+2.5s"},
+	// 10 counted: windows [0,1s) and [1s,2s) full, 2 in [2s,3s).
+	"FixedWindow": {2 * time.Second, 2, "carried into the window at 2s"},
+	// 10 instants at t0: the key is closed until they leave the window.
+	"SlidingLog": {time.Second, 4, "instants at t0 leave at t0+1s"},
+	// Carried as the fixed window, the window at 2s holding 2 after one
+	// of 4: 4·(1−e)+2+1 <= 4 at e = 3/4.
+	"SlidingWindowCounter": {2750 * time.Millisecond, 1, "weighted count of the window at 2s"},
+}
+
+func testSettleDebtDelays(t *testing.T, alg algorithm) {
+	c, ok := debtCases[alg.name]
+	if !ok {
+		t.Fatalf("no debt case for %s", alg.name)
+	}
+	lim, clk := newSuiteLimiter(t, alg)
+	r := suiteTake(t, lim, "k", 1)
+	d := mustSettle(t, r, 10)
+	if d.Remaining != 0 || !d.Allowed || d.Limit != suiteLimit {
+		t.Fatalf("after the debt: %+v", d)
+	}
+	clk.Advance(c.after - time.Nanosecond)
+	if lim.Allow("k") {
+		t.Fatalf("allowed 1ns before %v (%s)", c.after, c.why)
+	}
+	clk.Advance(time.Nanosecond)
+	if got := suitePeek(t, lim, "k").Remaining; got != c.then && !alg.shaper { // a shaper's Remaining counts places, not Allows
+		t.Fatalf("at %v: Remaining %d, want %d (%s)", c.after, got, c.then, c.why)
+	}
+	for i := range c.then {
+		if !lim.Allow("k") {
+			t.Fatalf("at %v: event %d refused (%s)", c.after, i+1, c.why)
+		}
+	}
+	if lim.Allow("k") {
+		t.Fatalf("at %v: more than %d allowed (%s)", c.after, c.then, c.why)
+	}
+}
+
+// testSettleAfterReset: a booking made before a Reset of its key gives no
+// surplus back, though the key's state, rebooked, is where the booking
+// left it; its excess is still charged.
+func testSettleAfterReset(t *testing.T, alg algorithm) {
+	lim, _ := newSuiteLimiter(t, alg)
+	old := suiteReserve(t, lim, "k", 2)
+	lim.Reset("k")
+	suiteReserve(t, lim, "k", 2)
+	before := suitePeek(t, lim, "k")
+	mustSettle(t, old, 0)
+	if d := suitePeek(t, lim, "k"); d != before {
+		t.Fatalf("Settle(0) of a booking from before the Reset: %+v, want %+v", d, before)
+	}
+	old2 := suiteReserve(t, lim, "k", 1)
+	lim.Reset("k")
+	if d := mustSettle(t, old2, 1+suiteLimit); d.Remaining != 0 {
+		t.Fatalf("an excess after a Reset: %+v, want it charged (Remaining 0)", d)
+	}
+}
+
+// testSettleAfterResetAndDrop: a Reset leaves the key at rest, so Sweep
+// drops it; set up again and rebooked, it is still in another generation
+// than the bookings from before the Reset.
+func testSettleAfterResetAndDrop(t *testing.T, alg algorithm) {
+	lim, _ := newSuiteLimiter(t, alg)
+	old := suiteReserve(t, lim, "k", 2)
+	oldC := suiteReserve(t, lim, "k", 1)
+	lim.Reset("k")
+	lim.Sweep()
+	if n := lim.Stats().Keys; n != 0 {
+		t.Fatalf("%d keys after Reset and Sweep, want 0", n)
+	}
+	suiteReserve(t, lim, "k", 2)
+	suiteReserve(t, lim, "k", 1)
+	before := suitePeek(t, lim, "k")
+	oldC.Cancel()
+	mustSettle(t, old, 0)
+	if d := suitePeek(t, lim, "k"); d != before {
+		t.Fatalf("Cancel and Settle(0) of bookings from before the Reset: %+v, want %+v", d, before)
+	}
+}
+
+// testSettleAfterSetRate: a change of rate voids the surplus of bookings
+// made before it; an excess is charged in the new parameters.
+func testSettleAfterSetRate(t *testing.T, alg algorithm) {
+	lim, _ := newSuiteLimiter(t, alg)
+	r := suiteTake(t, lim, "k", 2)
+	if err := alg.setRate(lim, Per(suiteLimit, suitePeriod), suiteLimit); err != nil {
+		t.Fatal(err)
+	}
+	before := suitePeek(t, lim, "k")
+	if d := mustSettle(t, r, 0); d != before {
+		t.Fatalf("Settle(0) after SetRate: %+v, want %+v", d, before)
+	}
+	r = suiteTake(t, lim, "j", 1)
+	if err := alg.setRate(lim, Per(2*suiteLimit, suitePeriod), 2*suiteLimit); err != nil {
+		t.Fatal(err)
+	}
+	if d := mustSettle(t, r, 1+2*suiteLimit); d.Remaining != 0 || d.Limit != 2*suiteLimit {
+		t.Fatalf("an excess after SetRate: %+v, want it charged (Remaining 0, Limit %d)", d, 2*suiteLimit)
 	}
 }

@@ -131,10 +131,9 @@ func (p *swcParams) init(s *swcState, now int64) { *s = swcState{start: windowSt
 
 func (p *swcParams) keyGen(s *swcState) uint32 { return s.kgen }
 
-func (p *swcParams) reset(s *swcState, now int64) {
-	g := s.kgen
+func (p *swcParams) reset(s *swcState, now int64, gen uint32) {
 	p.init(s, now)
-	s.kgen = g + 1
+	s.kgen = gen
 }
 
 func (p *swcParams) atRest(s *swcState, now int64) bool {

@@ -122,10 +122,9 @@ func (p *slParams) init(s *slState, now int64) { *s = slState{floor: now} }
 
 func (p *slParams) keyGen(s *slState) uint32 { return s.kgen }
 
-func (p *slParams) reset(s *slState, now int64) {
-	g := s.kgen
+func (p *slParams) reset(s *slState, now int64, gen uint32) {
 	p.init(s, now)
-	s.kgen = g + 1
+	s.kgen = gen
 }
 
 func (p *slParams) atRest(s *slState, now int64) bool {

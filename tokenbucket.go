@@ -227,10 +227,9 @@ func (p *tbParams) init(s *tbState, now int64) { *s = tbState{tat: ftime{Ns: now
 
 func (p *tbParams) keyGen(s *tbState) uint32 { return s.kgen }
 
-func (p *tbParams) reset(s *tbState, now int64) {
-	g := s.kgen
+func (p *tbParams) reset(s *tbState, now int64, gen uint32) {
 	p.init(s, now)
-	s.kgen = g + 1
+	s.kgen = gen
 }
 
 // atRest: the bucket is full. Under a larger capacity than it was written
