@@ -17,6 +17,7 @@ type config struct {
 	sweepInterval time.Duration // default: 0, no sweeper goroutine
 	observer      Observer      // default: nil, no events
 	name          string        // default: "", the limiter's name in events
+	exempt        []string      // default: none; for rules only (WithExempt)
 }
 
 // defaultShards is enough to keep lock contention low on machines of up to
@@ -37,6 +38,8 @@ func newConfig(opts []Option) (config, error) {
 		return c, fmt.Errorf("%w: max keys must not be negative, got %d", ErrInvalidOption, c.maxKeys)
 	case c.sweepInterval < 0:
 		return c, fmt.Errorf("%w: sweep interval must not be negative, got %s", ErrInvalidOption, readable(int64(c.sweepInterval)))
+	case c.exempt != nil:
+		return c, fmt.Errorf("%w: WithExempt is for rules (NewRules, ParseRules), not for a limiter", ErrInvalidOption)
 	}
 	return c, nil
 }
@@ -66,3 +69,18 @@ func WithMaxKeys(n int) Option { return func(cfg *config) { cfg.maxKeys = n } }
 // interval and gives memory back; Close stops it. Without it (the default)
 // keys at rest are dropped lazily as new keys arrive, and by Sweep.
 func WithSweepInterval(d time.Duration) Option { return func(cfg *config) { cfg.sweepInterval = d } }
+
+// WithExempt exempts subjects from every rule of a Rules built by NewRules
+// or ParseRules, as an "exempt" line of the rule syntax does: each subject
+// is an address ("192.0.2.7"), a CIDR prefix ("10.0.0.0/8") or "user" and
+// a user id ("user healthcheck"). The exemptions stay through Reload and
+// Replace, added to those the configuration states. A limiter given this
+// option refuses it (ErrInvalidOption): a limiter has no subjects, and an
+// exemption it ignored would limit what its author meant to let through.
+func WithExempt(subjects ...string) Option {
+	return func(cfg *config) { cfg.exempt = append(cfg.exempt[:len(cfg.exempt):len(cfg.exempt)], subjects...) }
+}
+
+// withoutExempt drops the exemptions given so far: the rules keep them and
+// build their limiters without.
+func withoutExempt(c *config) { c.exempt = nil }

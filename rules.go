@@ -247,6 +247,9 @@ func (e *exemptions) parse(f []string) error {
 // A shadow rule reports through its Shadow, with Shadow set. A limiter
 // given in Rule.Limiter reports to its own observer, under its own name.
 //
+// WithExempt among opts exempts addresses, prefixes and users from every
+// rule, as an "exempt" line does for ParseRules.
+//
 // Every error matches ErrInvalidRule, names the rule (its index and its
 // text, as ParseRules would read it) and also matches ErrInvalidRate for an
 // invalid rate, ErrInvalidCapacity for a negative burst or one the token
@@ -319,9 +322,22 @@ func (e *ruleError) Unwrap() []error { return []error{ErrInvalidRule, e.err} }
 func newRuleTable(rules []Rule, ex *exemptions, opts []Option, old *ruleTable, where func(i int) string) (*ruleTable, error) {
 	var own map[string][]Rule
 	var every []Rule
+	var reused []Limiter // not to be closed if this build fails
+	var cfg config
+	for _, o := range opts { // for the observer and the exemptions; a bad option fails a bucket's build below
+		o(&cfg)
+	}
+	if cfg.exempt != nil {
+		if ex == nil {
+			ex = &exemptions{}
+		}
+		for _, s := range cfg.exempt {
+			if err := ex.parse(strings.Fields(s)); err != nil {
+				return nil, fmt.Errorf("%w: WithExempt(%q): %w", ErrInvalidOption, s, err)
+			}
+		}
+	}
 	rs := &ruleTable{exempt: ex, kept: make(map[ruleIdentity]keptLimiter)}
-	var reused []Limiter      // not to be closed if this build fails
-	cfg, _ := newConfig(opts) // for its observer; a bad option fails a bucket's build below
 	names := make(map[string]bool, len(rules))
 	for i, r := range rules {
 		fail := func(err error) (*ruleTable, error) {
@@ -364,7 +380,7 @@ func newRuleTable(rules []Rule, ex *exemptions, opts []Option, old *ruleTable, w
 			rs.built = append(rs.built, k.base)
 			reused = append(reused, k.base)
 		} else if r.Limiter == nil {
-			own := append(opts[:len(opts):len(opts)], WithName(r.Name))
+			own := append(opts[:len(opts):len(opts)], withoutExempt, WithName(r.Name))
 			if r.Shadow { // the shadow reports; its bucket must not
 				own = append(own, withoutObserver)
 			}
@@ -722,7 +738,8 @@ func (rs *Rules) Reload(config string) error {
 }
 
 // Replace is Reload for rules given as values, as NewRules takes them.
-// Exemptions stated by an earlier Reload or ParseRules are dropped.
+// Exemptions stated by the text of an earlier Reload or ParseRules are
+// dropped; those given by WithExempt stay.
 func (rs *Rules) Replace(rules []Rule) error {
 	if rs.frozen {
 		return ErrFrozenRules

@@ -158,3 +158,72 @@ func TestRuleSetCheckExemptAllocs(t *testing.T) {
 		}
 	}
 }
+
+// WithExempt states exemptions for rules given as values, keeps them
+// through Replace and Reload, and is refused by a limiter.
+func TestRulesWithExempt(t *testing.T) {
+	ctx := context.Background()
+	rules := []Rule{{Class: "*", Rate: PerMinute(1), Scope: PerIP}}
+	rs, err := NewRules(rules, WithExempt("10.0.0.0/8", "user healthcheck"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	denied := func(who Subject) bool {
+		for range 3 {
+			d, err := rs.Check(ctx, "GET /", who, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !d.Allowed {
+				return true
+			}
+		}
+		return false
+	}
+	check := func(stage string, wantExempt ...Subject) {
+		t.Helper()
+		for _, who := range wantExempt {
+			if !rs.Exempt(who) || denied(who) {
+				t.Errorf("%s: %+v not exempt", stage, who)
+			}
+		}
+		if who := (Subject{IP: "192.0.2.1", User: "bob"}); rs.Exempt(who) {
+			t.Errorf("%s: %+v exempt", stage, who)
+		}
+	}
+	inside, health := Subject{IP: "10.1.2.3"}, Subject{IP: "192.0.2.9", User: "healthcheck"}
+	check("NewRules", inside, health)
+	if !denied(Subject{IP: "192.0.2.1"}) {
+		t.Fatal("a subject outside the exemptions is never denied")
+	}
+	if err := rs.Replace([]Rule{{Class: "*", Rate: PerMinute(2), Scope: PerIP}}); err != nil {
+		t.Fatal(err)
+	}
+	check("Replace", inside, health)
+	if err := rs.Reload("exempt 198.51.100.0/24\n*: 1/m per ip"); err != nil {
+		t.Fatal(err)
+	}
+	check("Reload", inside, health, Subject{IP: "198.51.100.4"})
+	if err := rs.Replace(rules); err != nil {
+		t.Fatal(err)
+	}
+	if rs.Exempt(Subject{IP: "198.51.100.4"}) {
+		t.Error("Replace kept an exemption stated by the text of a Reload")
+	}
+	check("Replace after Reload", inside, health)
+
+	if _, err := ParseRules("*: 1/m per ip", WithExempt("user alice")); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"", "10.0.0.0/33", "user", "user a b", "not-an-address"} {
+		if _, err := NewRules(rules, WithExempt(bad)); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("WithExempt(%q): err = %v, want ErrInvalidOption", bad, err)
+		}
+	}
+	if _, err := NewTokenBucket(PerSecond(1), 1, WithExempt("10.0.0.0/8")); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("a limiter took WithExempt: err = %v", err)
+	}
+	if _, err := NewTokenBucket(PerSecond(1), 1, WithExempt()); err != nil {
+		t.Errorf("WithExempt() with no subjects: %v", err)
+	}
+}
