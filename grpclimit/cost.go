@@ -17,8 +17,11 @@ import (
 // it: the surplus of a charge above the actual cost is given back as the
 // limiter's Reservation.Settle gives it back, and an excess is booked as
 // debt on the key, which later calls wait for. Under RulesLimit every
-// rule the call was charged under is settled at the one actual cost. A
-// call never settled keeps its charge; a stream is charged once, when it
+// rule the call was charged under is settled at the one actual cost (a
+// shadow rule keeps its charge). With several interceptors with WithCost
+// chained, Settle settles the innermost one's charge (the last in the
+// chain), since each has its own cost function. A call never settled
+// keeps its charge; a stream is charged once, when it
 // opens, and settled at most once, from its handler, at any time before
 // the handler returns.
 //
@@ -27,13 +30,16 @@ import (
 // settlement into the trailer metadata, under the same keys
 // (MDRateLimitPolicy, MDRateLimit), as long as the handler has not
 // returned; after that the settlement still counts, and no metadata is
-// written. WithoutMetadata leaves the trailer alone too.
+// written. A debt shows as no quota remaining until the reset, never as a
+// retry-after on a call that was allowed. WithoutMetadata leaves the
+// trailer alone too.
 //
 // Settle returns an error matching ratelimit.ErrCannotSettle, saying why,
 // for a call with no charge to settle: one that went through no
-// interceptor with WithCost (or was exempt), whose limiter (or one of
-// whose rules' limiters) is no ratelimit.Taker, or that cost 0, so that
-// nothing was booked. actual < 0 returns ratelimit.ErrNegativeN and
+// interceptor with WithCost, or was exempt or let through unlimited by
+// WithFailOpen; one whose limiter (or one of whose rules' limiters) is no
+// ratelimit.Taker, or whose rules are all shadow rules; one that cost 0,
+// so that nothing was booked. actual < 0 returns ratelimit.ErrNegativeN and
 // settles nothing. A second Settle returns ratelimit.ErrSettled. An error
 // of a remote limiter is returned as is.
 func Settle(ctx context.Context, actual int) error {

@@ -101,23 +101,30 @@ func asCostError(n int, err error) (error, bool) {
 // limiter's Reservation.Settle gives it back, and an excess is booked as
 // debt on the key, which later requests wait for. Under RulesMiddleware
 // every rule the request was charged under is settled at the one actual
-// cost. A request that is never settled keeps its charge.
+// cost; a shadow rule keeps its charge. A request that is never settled
+// keeps its charge. Under several middlewares with WithCost, Settle
+// settles the innermost one's charge (the one nearest the handler): each
+// has its own cost function, and the others' costs may count other units.
 //
-// Settle rewrites the rate-limit headers (RateLimit, and the X-RateLimit
-// headers if selected) to the state after the settlement, as long as the
-// handler has not written its response header: settle before the first
-// Write or WriteHeader for the headers to show it. After that, and after
-// the handler has returned, the settlement still counts, and the headers
-// are left alone. Call it from the handler's goroutine, or make sure the
-// handler does not touch the header map meanwhile, as for any header.
+// Settle rewrites the rate-limit headers (RateLimit, and the
+// X-RateLimit headers if selected) in the response's header map to the
+// state after the settlement; a debt shows as no quota remaining until
+// the reset, never as a Retry-After on a request that was allowed.
+// Settle before the first Write or WriteHeader for the response to carry
+// them: after that the settlement still counts, but the response keeps
+// the headers it was sent with. Once the handler has returned, Settle no
+// longer touches the header map. Call it from the handler's goroutine, or
+// make sure the handler does not touch the header map meanwhile, as for
+// any header.
 //
 // Settle returns an error matching ratelimit.ErrCannotSettle, saying why,
 // for a request with no charge to settle: one that went through no
-// middleware with WithCost (or was exempt), whose limiter (or one of
-// whose rules' limiters) is no ratelimit.Taker, or that cost 0, so that
-// nothing was booked. actual < 0 returns ratelimit.ErrNegativeN and
-// settles nothing. A second Settle returns ratelimit.ErrSettled. An error
-// of a remote limiter is returned as is.
+// middleware with WithCost, or was exempt or let through unlimited by
+// WithFailOpen; one whose limiter (or one of whose rules' limiters) is no
+// ratelimit.Taker, or whose rules are all shadow rules; one that cost 0,
+// so that nothing was booked. actual < 0 returns ratelimit.ErrNegativeN
+// and settles nothing. A second Settle returns ratelimit.ErrSettled. An
+// error of a remote limiter is returned as is.
 func Settle(r *http.Request, actual int) error {
 	ch, _ := r.Context().Value(chargeKey{}).(*charge.Charge)
 	if ch == nil {

@@ -389,6 +389,11 @@ func WithRetryAfter(d time.Duration) ConcurrencyOption {
 // before the key is asked for: nothing consumed, no header written. It
 // panics if WithExemptUsers is given without WithUser.
 //
+// With WithCost, a request costs what its function says, and, when lim
+// is a ratelimit.Taker, the charge is a booking the handler can Settle;
+// the handler then gets a copy of the request carrying it (a dozen
+// allocations more, on that path only).
+//
 // On the allowed path it allocates nothing but the headers it writes (two
 // allocations) and what lim and the key function do (ByIP: nothing for
 // IPv4). It panics if lim is nil.
@@ -533,6 +538,13 @@ func (m *limitMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 // it could not have been built with (a per-user rule without WithUser, a
 // class that is not a pattern) is logged once, and requests then get the
 // error handler (by default 503) until a good configuration is loaded.
+//
+// With WithCost, a request is charged its cost under every rule of its
+// class. When every rule's limiter is a ratelimit.Taker (shadow rules
+// aside), the charge is a booking under each rule that the handler can
+// Settle; with more than one rule, each is peeked at before anything is
+// booked, so that a request one rule denies books nothing under the
+// others. A shadow rule is charged as usual and never settled.
 //
 // Errors are handled as by Middleware. It panics if rules is nil, or if
 // some rule counts per user, or a user is exempt, and WithUser is not
