@@ -432,3 +432,33 @@ func TestSettleConcurrent(t *testing.T) {
 		t.Fatalf("settled %d, denied %d: the run checks little", sum.settled, sum.denied)
 	}
 }
+
+// A shadow rule is charged the cost, as enforcement would have charged
+// it, and keeps that charge when the enforced rules settle; a class of
+// shadow rules alone has nothing to settle.
+func TestSettleShadowRules(t *testing.T) {
+	clock := ratelimit.NewManualClock(t0)
+	rules, err := ratelimit.ParseRules(`
+		GET /a: 10/10s per ip as ip
+		GET /a: 10/10s per ip shadow as trial
+		GET /b: 10/10s per ip shadow as only-shadow
+	`, ratelimit.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(RulesMiddleware(rules, WithCost(costHeader))(settling(t)))
+	defer srv.Close()
+	got := fetchFrom(t, srv, "/a", "X-Cost", "4", "X-Actual", "1")
+	if got.code != 200 || got.body != "settled" || got.header.Get("RateLimit") != `"ip";r=9;t=1` {
+		t.Fatalf("/a: %d %q %q", got.code, got.body, got.header.Get("RateLimit"))
+	}
+	set := rules.For("GET /a").Rules()
+	trial := set[1].Limiter.(*ratelimit.Shadow).Limiter()
+	if d, _ := trial.AllowN(t.Context(), "127.0.0.1", 0); d.Remaining != 6 {
+		t.Errorf("the shadow rule has %d left, want 6: charged 4, not settled", d.Remaining)
+	}
+	got = fetchFrom(t, srv, "/b", "X-Cost", "4", "X-Actual", "1")
+	if got.code != 200 || got.body != "httplimit: nothing to settle: the request's rules are all shadow rules, which do not settle" || got.header.Get("RateLimit") != "" {
+		t.Errorf("/b: %d %q %q", got.code, got.body, got.header.Get("RateLimit"))
+	}
+}
