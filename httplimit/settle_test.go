@@ -462,3 +462,93 @@ func TestSettleShadowRules(t *testing.T) {
 		t.Errorf("/b: %d %q %q", got.code, got.body, got.header.Get("RateLimit"))
 	}
 }
+
+// Every algorithm of package ratelimit can be settled through the
+// middlewares: limit 5, a request charged 3 and settled at 1 leaves room
+// for 4 more, and not 5; through RulesMiddleware with two rules of the
+// algorithm, a request the second rule denies books nothing under the
+// first, and one settled at 0 gives its whole charge back. (A leaky
+// bucket lets events through only when its queue is empty: the test
+// waits for the settled event's slot to pass.)
+func TestSettleEveryAlgorithm(t *testing.T) {
+	rate := ratelimit.Per(5, 5*time.Second)
+	algos := []struct {
+		name  string
+		make  func(clock ratelimit.Clock) (ratelimit.Limiter, error)
+		drain bool // a queue: wait for what was booked to depart
+	}{
+		{"TokenBucket", func(c ratelimit.Clock) (ratelimit.Limiter, error) {
+			return ratelimit.NewTokenBucket(rate, 5, ratelimit.WithClock(c))
+		}, false},
+		{"LeakyBucket", func(c ratelimit.Clock) (ratelimit.Limiter, error) {
+			return ratelimit.NewLeakyBucket(rate, 5, ratelimit.WithClock(c))
+		}, true},
+		{"FixedWindow", func(c ratelimit.Clock) (ratelimit.Limiter, error) {
+			return ratelimit.NewFixedWindow(rate, ratelimit.WithClock(c))
+		}, false},
+		{"SlidingLog", func(c ratelimit.Clock) (ratelimit.Limiter, error) {
+			return ratelimit.NewSlidingLog(rate, ratelimit.WithClock(c))
+		}, false},
+		{"SlidingWindowCounter", func(c ratelimit.Clock) (ratelimit.Limiter, error) {
+			return ratelimit.NewSlidingWindowCounter(rate, ratelimit.WithClock(c))
+		}, false},
+	}
+	for _, a := range algos {
+		t.Run(a.name, func(t *testing.T) {
+			clock := ratelimit.NewManualClock(t0)
+			mk := func() ratelimit.Limiter {
+				l, err := a.make(clock)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, ok := l.(ratelimit.Taker); !ok {
+					t.Fatalf("%T is no Taker", l)
+				}
+				return l
+			}
+			check := func(name string, h http.Handler, path string) {
+				t.Helper()
+				steps := []struct {
+					cost, actual string
+					code         int
+				}{{"3", "1", 200}, {"5", "", 429}, {"4", "", 200}, {"1", "", 429}}
+				for i, s := range steps {
+					if i == 2 && a.drain {
+						clock.Advance(time.Second)
+					}
+					hdr := []string{"X-Cost", s.cost}
+					if s.actual != "" {
+						hdr = append(hdr, "X-Actual", s.actual)
+					}
+					if w := serve(h, "GET", path, "192.0.2.1:1", hdr...); w.Code != s.code {
+						t.Errorf("%s step %d (cost %s): %d %q, want %d", name, i, s.cost, w.Code, w.Body.String(), s.code)
+					}
+				}
+			}
+			check("Middleware", Middleware(mk(), WithCost(costHeader))(settling(t)), "/")
+
+			first, second := mk(), mk()
+			rules := mustRulesOf(t,
+				ratelimit.Rule{Class: "*", Name: "first", Rate: rate, Burst: 5, Scope: ratelimit.PerIP, Limiter: first},
+				ratelimit.Rule{Class: "*", Name: "second", Rate: rate, Burst: 5, Scope: ratelimit.Global, Limiter: second})
+			h := RulesMiddleware(rules, WithCost(costHeader))(settling(t))
+			if w := serve(h, "GET", "/", "192.0.2.9:1", "X-Cost", "4"); w.Code != 200 { // second: 1 left
+				t.Fatalf("rules, another client: %d", w.Code)
+			}
+			if w := serve(h, "GET", "/", "192.0.2.1:1", "X-Cost", "2"); w.Code != 429 {
+				t.Fatalf("rules, cost 2 with 1 left on second: %d", w.Code)
+			}
+			if d, _ := first.AllowN(t.Context(), "192.0.2.1", 0); d.Remaining != 5 {
+				t.Errorf("rules: first has %d left after a denial by second, want 5", d.Remaining)
+			}
+			if a.drain {
+				clock.Advance(4 * time.Second)
+			}
+			before, _ := second.AllowN(t.Context(), "", 0)
+			w := serve(h, "GET", "/", "192.0.2.1:1", "X-Cost", "1", "X-Actual", "0")
+			if d, _ := second.AllowN(t.Context(), "", 0); w.Code != 200 || w.Body.String() != "settled" || d.Remaining != before.Remaining {
+				t.Errorf("rules: cost 1 settled at 0: %d %q, second has %d left, want %d", w.Code, w.Body.String(), d.Remaining, before.Remaining)
+			}
+		})
+	}
+}
