@@ -169,8 +169,9 @@ func WithoutMetadata() Option {
 // failed while failing closed. The default returns codes.PermissionDenied
 // for a call without a key, codes.Internal for a negative cost,
 // codes.ResourceExhausted without RetryInfo for a cost above the limit,
-// and codes.Unavailable for a limiter failure. f should return a status error. RateLimit and
-// RulesLimit read it, and any constructor with WithMessages.
+// and codes.Unavailable for a limiter failure. f should return a status
+// error. RateLimit and RulesLimit read it, and any constructor with
+// WithMessages.
 func WithErrorHandler(f func(ctx context.Context, fullMethod string, err error) error) Option {
 	return func(c *config) { c.onError = f; c.use("WithErrorHandler", forRate|forRules, true) }
 }
@@ -215,7 +216,8 @@ func WithFailOpen(report func(ctx context.Context, fullMethod string, err error)
 // A refused cost is never let through by WithFailOpen.
 //
 // With a limiter that implements ratelimit.Taker, the charge is a booking
-// that the handler may settle at the actual cost with Settle.
+// that the handler may settle at the actual cost with Settle. A nil f
+// charges one event a call, as without the option.
 func WithCost(f func(ctx context.Context, fullMethod string) int) Option {
 	return func(c *config) { c.cost = f; c.use("WithCost", forRate|forRules, false) }
 }
@@ -378,8 +380,8 @@ type classView struct {
 }
 
 // RateLimit returns a ServerLimit that takes one event of lim (WithCost:
-// the call's cost) for each call, and for each stream when it opens, under the key of WithKey
-// (default: the client's address). A denied call gets
+// the call's cost) for each call, and for each stream when it opens,
+// under the key of WithKey (default: the client's address). A denied call gets
 // codes.ResourceExhausted with RetryInfo and QuotaFailure details. A call
 // whose key cannot be determined, and, unless WithFailOpen, one whose
 // limiter fails, gets the error handler's error (WithErrorHandler). It

@@ -51,7 +51,8 @@ import (
 // With WithCost and a limiter that implements ratelimit.Taker (every
 // limiter of package ratelimit and of its Redis backend), the charge is a
 // booking that the handler may settle at the actual cost with Settle,
-// once the work is done.
+// once the work is done. A nil f charges one event a request, as without
+// the option.
 func WithCost(f func(r *http.Request) int) ResponseOption {
 	return responseOption(func(c *response) { c.cost = f })
 }
@@ -81,18 +82,18 @@ func (e *costError) Error() string {
 
 func (e *costError) Unwrap() []error { return []error{ErrInvalidCost, e.err} }
 
-// asCostError returns the error a charge of n got from the limiter as a
-// costError if it says the cost cannot be charged, and false otherwise.
-// The cost is the only n the middleware passes, so the limiter's
-// ErrNegativeN or ErrExceedsLimit is about it.
-func asCostError(n int, err error) (error, bool) {
+// costErrorOf returns the error a charge of n got from the limiter as a
+// costError if it says the cost cannot be charged, and nil otherwise. The
+// cost is the only n the middleware passes, so the limiter's ErrNegativeN
+// or ErrExceedsLimit is about it.
+func costErrorOf(n int, err error) error {
 	switch {
 	case errors.Is(err, ratelimit.ErrNegativeN):
-		return &costError{cost: n, err: ratelimit.ErrNegativeN}, true
+		return &costError{cost: n, err: ratelimit.ErrNegativeN}
 	case errors.Is(err, ratelimit.ErrExceedsLimit):
-		return &costError{cost: n, err: ratelimit.ErrExceedsLimit}, true
+		return &costError{cost: n, err: ratelimit.ErrExceedsLimit}
 	}
-	return err, false
+	return nil
 }
 
 // Settle settles the charge of r, a request that the middleware booked
@@ -164,7 +165,7 @@ func (m *limitMiddleware) serveCost(w http.ResponseWriter, r *http.Request, next
 		d, err = m.lim.AllowN(r.Context(), key, n)
 	}
 	if err != nil {
-		if cerr, ok := asCostError(n, err); ok {
+		if cerr := costErrorOf(n, err); cerr != nil {
 			c.onError(w, r, cerr)
 			return
 		}
@@ -292,7 +293,7 @@ func (m *rulesMiddleware) serveCost(w http.ResponseWriter, r *http.Request, next
 // failed answers a request whose charge of n failed: a cost the limits
 // cannot charge, a missing key, or a limiter that failed.
 func (m *rulesMiddleware) failed(w http.ResponseWriter, r *http.Request, next http.Handler, n int, err error) {
-	if cerr, ok := asCostError(n, err); ok {
+	if cerr := costErrorOf(n, err); cerr != nil {
 		m.cfg.onError(w, r, cerr)
 		return
 	}
