@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"strconv"
 	"testing"
 	"time"
@@ -227,5 +228,60 @@ func TestSettleRulesLimit(t *testing.T) {
 	}
 	if left(ip, "127.0.0.1") != 5 {
 		t.Errorf("the denied call booked on ip: %d left, want 5", left(ip, "127.0.0.1"))
+	}
+}
+
+// The bound of a token bucket of capacity C refilled one event per T,
+// through the interceptor, as httplimit's TestSettleKeepsBound states and
+// proves it: for calls i before j that it allowed, each counted at its
+// settled cost except j, counted at its charge,
+// Σ_{k=i}^{j-1} settled_k + charge_j ≤ C + ⌊(t_j − t_i)/T⌋. Random costs,
+// settlements and clock moves, seeded.
+func TestSettleKeepsBoundGRPC(t *testing.T) {
+	const C, T = 6, 200 * time.Millisecond
+	clock := ratelimit.NewManualClock(t0)
+	lim, _ := ratelimit.NewTokenBucket(ratelimit.Per(1, T), C, ratelimit.WithClock(clock))
+	conn, e := serve(t, serverOpts(RateLimit(lim, WithCost(costMD))))
+	e.work = settleBy
+	ctx := testCtx(t)
+	rng := rand.New(rand.NewPCG(3, 5))
+	type event struct {
+		at             time.Time
+		charge, settle int
+	}
+	var es []event
+	denied, debts := 0, 0
+	for range 200 {
+		clock.Advance(time.Duration(rng.Int64N(int64(2 * T))))
+		cost := rng.IntN(C + 1)
+		actual, in := cost, ""
+		if cost > 0 && rng.IntN(3) != 0 {
+			actual = rng.IntN(2 * C)
+			in = strconv.Itoa(actual)
+		}
+		err := sayActual(withCost(ctx, cost), conn, in)
+		if status.Code(err) == codes.ResourceExhausted {
+			denied++
+			continue
+		}
+		if err != nil {
+			t.Fatalf("cost %d actual %q: %v", cost, in, err)
+		}
+		if actual > cost {
+			debts++
+		}
+		es = append(es, event{clock.Now(), cost, actual})
+	}
+	for j := range es {
+		sum := es[j].charge
+		for i := j - 1; i >= 0; i-- {
+			sum += es[i].settle
+			if room := C + int(es[j].at.Sub(es[i].at)/T); sum > room {
+				t.Fatalf("calls %d..%d cost %d in %v, more than %d", i, j, sum, es[j].at.Sub(es[i].at), room)
+			}
+		}
+	}
+	if denied == 0 || debts == 0 {
+		t.Fatalf("denied %d, debts %d: the run checks little", denied, debts)
 	}
 }
