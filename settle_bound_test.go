@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -591,4 +593,190 @@ func FuzzSettle(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestSettleRaces: eight goroutines on one key, at each instant of a
+// frozen manual clock, race Allow, Take, Reserve, Cancel and Settle (below,
+// at and above the estimate) of bookings any of them made; then the clock
+// moves on. Under -race, the bookings keep the bound with settled costs. A
+// booking's order is taken before it is made and a settlement's after it
+// returns, so that an excess counts as settled before a booking only if it
+// was.
+func TestSettleRaces(t *testing.T) {
+	rounds := 40
+	if testing.Short() {
+		rounds = 10
+	}
+	for _, c := range boundCases() {
+		t.Run(c.name, func(t *testing.T) {
+			clk := NewManualClock(suiteT0)
+			lim, err := c.build(clk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lim.Close()
+			var mu sync.Mutex
+			var evs []costEvent
+			var seq atomic.Int64
+			type booking struct {
+				r   *Reservation
+				n   int
+				seq int
+			}
+			var pool []booking // booked and neither cancelled nor settled
+			var settled int
+			for round := range rounds {
+				now := clk.Now().UnixNano()
+				var wg sync.WaitGroup
+				for g := range 8 {
+					rng := rand.New(rand.NewPCG(uint64(round), uint64(g)))
+					wg.Go(func() {
+						for range 12 {
+							switch op := rng.IntN(5); op {
+							case 0:
+								s := int(seq.Add(1))
+								if lim.Allow("k") {
+									mu.Lock()
+									evs = append(evs, costEvent{key: "k", t: now, n: 1, seq: s})
+									mu.Unlock()
+								}
+							case 1, 2:
+								n := 1 + rng.IntN(c.maxN)
+								s := int(seq.Add(1))
+								var r *Reservation
+								var err error
+								if op == 1 {
+									r, err = lim.(Taker).Take(bg, "k", n)
+								} else {
+									r, err = lim.Reserve(bg, "k", n)
+								}
+								if err != nil {
+									t.Error(err)
+									return
+								}
+								if r.OK() {
+									mu.Lock()
+									pool = append(pool, booking{r, n, s})
+									mu.Unlock()
+								}
+							default:
+								mu.Lock()
+								if len(pool) == 0 {
+									mu.Unlock()
+									continue
+								}
+								i := rng.IntN(len(pool))
+								b := pool[i]
+								pool = slices.Delete(pool, i, i+1)
+								mu.Unlock()
+								act := b.r.TimeToAct().UnixNano()
+								if op == 3 { // Cancel, outside the lock: it races the others
+									b.r.Cancel()
+									if now > act {
+										mu.Lock()
+										evs = append(evs, costEvent{key: "k", t: act, n: b.n, seq: b.seq}) // due: it acted
+										mu.Unlock()
+									}
+									continue
+								}
+								actual := rng.IntN(3 * b.n)
+								if _, err := b.r.Settle(actual); err != nil {
+									t.Errorf("Settle(%d): %v", actual, err)
+									return
+								}
+								s := int(seq.Add(1))
+								e := costEvent{key: "k", t: act, n: actual, seq: b.seq}
+								if actual > b.n {
+									e.settled, e.excess = s, actual-b.n
+								}
+								mu.Lock()
+								evs = append(evs, e)
+								settled++
+								mu.Unlock()
+							}
+						}
+					})
+				}
+				wg.Wait()
+				clk.Advance(time.Duration(rand.New(rand.NewPCG(uint64(round), 99)).Int64N(int64(3 * c.unit))))
+			}
+			for _, b := range pool {
+				evs = append(evs, costEvent{key: "k", t: b.r.TimeToAct().UnixNano(), n: b.n, seq: b.seq})
+			}
+			if settled == 0 {
+				t.Fatal("nothing settled")
+			}
+			if err := checkCostBound(c.costCheck, evs); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestSettleRacesLoseNoDebt: eight goroutines Take, settle above the
+// estimate (in any order, several held at once) and Allow on one key at
+// one instant. However they interleave, every debt is booked: the key ends
+// as one Take settled at the total of what was allowed and owed, on a
+// limiter of its own, leaves it.
+func TestSettleRacesLoseNoDebt(t *testing.T) {
+	const limit = 64
+	for _, alg := range algorithms {
+		t.Run(alg.name, func(t *testing.T) {
+			for round := range 20 {
+				lim, _ := newLimiterAt(t, alg, limit)
+				var total, takes atomic.Int64
+				var wg sync.WaitGroup
+				for g := range 8 {
+					rng := rand.New(rand.NewPCG(uint64(round), uint64(g)))
+					wg.Go(func() {
+						var held []*Reservation
+						var ns []int
+						settle := func(i int) {
+							actual := ns[i] + 1 + rng.IntN(2)
+							if _, err := held[i].Settle(actual); err != nil {
+								t.Error(err)
+							}
+							total.Add(int64(actual))
+							held, ns = slices.Delete(held, i, i+1), slices.Delete(ns, i, i+1)
+						}
+						for range 10 {
+							switch rng.IntN(4) {
+							case 0:
+								if lim.Allow("k") {
+									total.Add(1)
+								}
+							case 1, 2:
+								n := 1 + rng.IntN(3)
+								r, err := lim.(Taker).Take(bg, "k", n)
+								if err != nil {
+									t.Error(err)
+									return
+								}
+								if r.OK() {
+									held, ns = append(held, r), append(ns, n)
+									takes.Add(1)
+								}
+							default:
+								if len(held) > 0 {
+									settle(rng.IntN(len(held)))
+								}
+							}
+						}
+						for len(held) > 0 {
+							settle(rng.IntN(len(held)))
+						}
+					})
+				}
+				wg.Wait()
+				if takes.Load() < 2 && !alg.shaper { // a shaper's queue, busy after one booking, takes no more at one instant
+					t.Fatalf("round %d: %d Takes allowed: too tame", round, takes.Load())
+				}
+				ref, _ := newLimiterAt(t, alg, limit)
+				mustSettle(t, suiteTake(t, ref, "k", 1), int(total.Load()))
+				if got, want := suitePeek(t, lim, "k"), suitePeek(t, ref, "k"); got != want {
+					t.Fatalf("round %d, %d charged: %+v, want %+v", round, total.Load(), got, want)
+				}
+			}
+		})
+	}
 }
