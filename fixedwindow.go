@@ -26,13 +26,21 @@ import "time"
 // a booking stay closed after it is cancelled. A booking more than 36
 // years ahead is refused (the Reservation is not OK).
 //
-// The state per key is a window start and a count, 16 bytes. A clock that
-// moves backwards never frees capacity: while now is before the start of
-// the key's window, events count against that later window and conform no
-// earlier than its start, so Allow fails until the clock catches up. A key
-// is at rest, and may be dropped by the store without changing any decision
-// at or after that instant, once its window has passed, or when its window
-// has begun and counts nothing.
+// The state per key is a window start, a count and the key's generation
+// (see Reset), 24 bytes. A clock that moves backwards never frees capacity:
+// while now is before the start of the key's window, events count against
+// that later window and conform no earlier than its start, so Allow fails
+// until the clock catches up. A key is at rest, and may be dropped by the
+// store without changing any decision at or after that instant, once its
+// window has passed, or when its window has begun and counts nothing.
+//
+// Take decides like AllowN and hands back the booking; Reservation.Settle
+// settles it at its actual cost. A surplus comes back, at any time, while
+// the booking's window is still the key's. An excess is counted in the
+// key's window as it stands at the settlement (the booking's, a later one
+// booked ahead, or the window of now if those have passed), with no
+// admission check; beyond L it carries into the windows after, L to each,
+// closing them, so a debt never vanishes at a window boundary.
 //
 // SetRate changes the rate at run time; Reset makes a key start afresh.
 //

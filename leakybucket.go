@@ -31,6 +31,13 @@ package ratelimit
 // otherwise it gives nothing back and the slots stay in the queue, empty.
 // A clock that moves backwards never frees places. A key is at rest, and
 // may be dropped, when its queue is empty. State per key: 24 bytes.
+// Take decides like AllowN and hands back the booking; Reservation.Settle
+// settles it at its actual cost. A surplus comes back, at any time, while
+// the booking is the tail of the queue: the queue's end moves back by it.
+// An excess is booked as debt at the end of the queue, with no admission
+// check, so the next booking starts after it; a queue drained since takes
+// it from its old end. A debt never takes the queue's end beyond 2⁶⁰ ns
+// from now.
 // SetRate changes the rate and capacity at run time; Reset makes a key
 // start afresh.
 // docs/algorithms.md explains the choices and how it relates to

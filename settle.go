@@ -69,6 +69,15 @@ type Taker interface {
 // A booking made before a change of the limiter's rate, or before a Reset
 // of its key, gives no surplus back; an excess is charged all the same, in
 // the parameters now in force.
+//
+// The bound a limiter keeps, with settlements: count each booking at its
+// settled cost at its time to act; then over any interval (for the fixed
+// windows, any run of consecutive windows) the cost is at most the bound
+// without settlements plus the excess of those bookings in it that were
+// settled after the last booking in it was made. An excess settled before
+// a booking is made is paid in full before that booking acts: it is the
+// work done without asking, after the last request that could wait for
+// it, that no limiter can undo.
 func (r *Reservation) Settle(actual int) (Decision, error) {
 	if actual < 0 {
 		return Decision{}, ErrNegativeN

@@ -446,3 +446,39 @@ func testSettleAfterSetRate(t *testing.T, alg algorithm) {
 		t.Fatalf("an excess after SetRate: %+v, want it charged (Remaining 0, Limit %d)", d, 2*suiteLimit)
 	}
 }
+
+// TestCompositesCannotSettle: ReserveAll (and so Multi) and Shadow hand out
+// reservations that cannot be settled, and say so; they are not Takers.
+func TestCompositesCannotSettle(t *testing.T) {
+	a, _ := newTB(t, PerSecond(10), 5)
+	b, _ := newTB(t, PerSecond(10), 5)
+	r, err := ReserveAll(bg, 1, []LimiterKey{{a, "k"}, {b, "k"}})
+	if err != nil || !r.OK() {
+		t.Fatalf("ReserveAll: %v, OK %v", err, r.OK())
+	}
+	if _, err := r.Settle(1); !errors.Is(err, ErrCannotSettle) {
+		t.Fatalf("Settle of a ReserveAll booking: %v, want ErrCannotSettle", err)
+	}
+	r.Cancel() // still cancellable: the refused Settle spent nothing
+	if d, _ := a.AllowN(bg, "k", 0); d.Remaining != 5 {
+		t.Fatalf("Cancel after a refused Settle: %+v, want the booking given back", d)
+	}
+	sh, err := NewShadow(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err = sh.Reserve(bg, "k", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Settle(1); !errors.Is(err, ErrCannotSettle) {
+		t.Fatalf("Settle of a Shadow booking: %v, want ErrCannotSettle", err)
+	}
+	var m any = &Multi{}
+	if _, ok := m.(Taker); ok {
+		t.Fatal("Multi is a Taker, but its Taker doc says it is not")
+	}
+	if _, ok := any(sh).(Taker); ok {
+		t.Fatal("Shadow is a Taker, but Taker's doc says it is not")
+	}
+}

@@ -42,14 +42,22 @@ import (
 // windows closed by a booking stay closed after it is cancelled. A booking
 // more than 36 years ahead is refused (the Reservation is not OK).
 //
-// The state per key is a window start and two counts, 24 bytes. A clock
-// that moves backwards never frees capacity: within a window an earlier
-// instant gives the previous window more weight, and before the key's
-// window everything conforms no earlier than its start. A key is at rest,
-// and may be dropped by the store without changing any decision at or after
-// that instant, once neither window it counts has weight left: its window
-// has begun and counts nothing (nor does the one before it), its window
-// has passed and counts nothing, or both windows have passed.
+// The state per key is a window start, two counts and the key's generation
+// (see Reset), 32 bytes. A clock that moves backwards never frees capacity:
+// within a window an earlier instant gives the previous window more weight,
+// and before the key's window everything conforms no earlier than its
+// start. A key is at rest, and may be dropped by the store without changing
+// any decision at or after that instant, once neither window it counts has
+// weight left: its window has begun and counts nothing (nor does the one
+// before it), its window has passed and counts nothing, or both windows
+// have passed.
+//
+// Take decides like AllowN and hands back the booking; Reservation.Settle
+// settles it at its actual cost. A surplus comes back, at any time, from
+// the count of the booking's window while the state keeps it (the key's
+// window or the one before). An excess is counted as for FixedWindow, in
+// the key's window at the settlement, carrying beyond L into the windows
+// after, the window before the key's then counting L.
 //
 // SetRate changes the rate at run time; Reset makes a key start afresh.
 //

@@ -26,7 +26,7 @@ const maxLogLimit = 1 << 20
 // ahead is refused (the Reservation is not OK).
 //
 // Memory is O(L) per key: the log is a ring of L instants, 8·L bytes,
-// allocated once when the key is created, plus a 40-byte header; no call
+// allocated once when the key is created, plus a 48-byte header; no call
 // allocates after that. L may be at most 1,048,576 (8 MiB per key); for
 // large limits SlidingWindowCounter needs O(1) memory. A clock that moves
 // backwards never frees capacity: before the newest logged instant, or
@@ -34,6 +34,15 @@ const maxLogLimit = 1 << 20
 // conforms. A key is at rest, and may be dropped by the store without
 // changing any decision at or after that instant, once every logged
 // instant has left the window (t−W, t] and nothing is booked ahead.
+//
+// Take decides like AllowN and hands back the booking; Reservation.Settle
+// settles it at its actual cost. A surplus comes back, at any time, as
+// Cancel's: the booking's instants still in the log are removed. An excess
+// is logged as more instants at the booking's time to act, with no
+// admission check, so the log is what it would be had the booking been for
+// the actual cost: a debt of more than L closes the key until W after that
+// instant, and a debt whose instants have left the window by the settlement
+// is paid already.
 //
 // SetRate changes the rate at run time; Reset makes a key start afresh.
 //

@@ -32,10 +32,23 @@ import "fmt"
 // nanoseconds the bound holds as is for the instants at which events act;
 // otherwise an interval of length D may hold one event more, at most
 // C + ⌈r·(D+1ns)⌉ − 1. A clock that moves backwards never mints tokens: TAT
-// is never moved back by time.
+// is never moved back by time. With settlements (see Take below), counting
+// each booking at its settled cost, the bound holds over any interval plus
+// the excess of the bookings in it settled after the last of them was
+// booked (see Reservation.Settle).
 //
 // A key is at rest when its bucket is full (TAT <= now); the store may drop
 // it then without changing any decision. State per key: 24 bytes.
+//
+// Take decides like AllowN and hands back the booking; Reservation.Settle
+// settles it at its actual cost. A surplus comes back, at any time, while
+// the booking is still the latest on its key: TAT moves back by it, as if
+// the booking had been for the actual cost; otherwise nothing comes back.
+// An excess is booked as debt with no admission check: TAT moves on by it
+// from where it stands, so later requests wait for it; a TAT refilled past
+// since takes it from there (the excess counts as having acted with the
+// booking, and the refill since has paid part of it). A debt never takes
+// TAT beyond 2⁶⁰ ns (36.5 years) from now: the rest is forgiven.
 //
 // SetRate changes the rate and capacity at run time; Reset makes a key
 // start afresh.
