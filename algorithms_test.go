@@ -20,7 +20,10 @@ var algorithms = []algorithm{
 		build: func(rate Rate, capacity int, opts ...Option) (testLimiter, error) {
 			return asTestLimiter(NewTokenBucket(rate, capacity, opts...))
 		},
-		setRate:   func(l testLimiter, rate Rate, capacity int) error { return l.(*TokenBucket).SetRate(rate, capacity) },
+		setRate: func(l testLimiter, rate Rate, capacity int) error { return l.(*TokenBucket).SetRate(rate, capacity) },
+		setOverride: func(l testLimiter, key string, rate Rate, capacity int) error {
+			return l.(*TokenBucket).SetOverride(key, rate, capacity)
+		},
 		actBound:  tokenActBound,
 		costBound: tokenCostBound,
 		bound:     bucketBound,
@@ -38,7 +41,10 @@ var algorithms = []algorithm{
 		build: func(rate Rate, capacity int, opts ...Option) (testLimiter, error) {
 			return asTestLimiter(NewLeakyBucket(rate, capacity, opts...))
 		},
-		setRate:   func(l testLimiter, rate Rate, capacity int) error { return l.(*LeakyBucket).SetRate(rate, capacity) },
+		setRate: func(l testLimiter, rate Rate, capacity int) error { return l.(*LeakyBucket).SetRate(rate, capacity) },
+		setOverride: func(l testLimiter, key string, rate Rate, capacity int) error {
+			return l.(*LeakyBucket).SetOverride(key, rate, capacity)
+		},
 		actBound:  leakyActBound,
 		costBound: leakyCostBound,
 		bound:     bucketBound,
@@ -56,7 +62,10 @@ var algorithms = []algorithm{
 		build: func(rate Rate, _ int, opts ...Option) (testLimiter, error) {
 			return asTestLimiter(NewFixedWindow(rate, opts...))
 		},
-		setRate:   func(l testLimiter, rate Rate, _ int) error { return l.(*FixedWindow).SetRate(rate) },
+		setRate: func(l testLimiter, rate Rate, _ int) error { return l.(*FixedWindow).SetRate(rate) },
+		setOverride: func(l testLimiter, key string, rate Rate, _ int) error {
+			return l.(*FixedWindow).SetOverride(key, rate)
+		},
 		actBound:  fixedWindowActBound,
 		costBound: fixedWindowCostBound,
 		bound: func(r Rate, l, e int64) int64 {
@@ -83,7 +92,10 @@ var algorithms = []algorithm{
 		build: func(rate Rate, _ int, opts ...Option) (testLimiter, error) {
 			return asTestLimiter(NewSlidingLog(rate, opts...))
 		},
-		setRate:   func(l testLimiter, rate Rate, _ int) error { return l.(*SlidingLog).SetRate(rate) },
+		setRate: func(l testLimiter, rate Rate, _ int) error { return l.(*SlidingLog).SetRate(rate) },
+		setOverride: func(l testLimiter, key string, rate Rate, _ int) error {
+			return l.(*SlidingLog).SetOverride(key, rate)
+		},
 		actBound:  slidingLogActBound,
 		costBound: slidingLogCostBound,
 		bound:     func(r Rate, l, e int64) int64 { return satMul(l, e/int64(r.Period)+1) },
@@ -109,7 +121,10 @@ var algorithms = []algorithm{
 		build: func(rate Rate, _ int, opts ...Option) (testLimiter, error) {
 			return asTestLimiter(NewSlidingWindowCounter(rate, opts...))
 		},
-		setRate:   func(l testLimiter, rate Rate, _ int) error { return l.(*SlidingWindowCounter).SetRate(rate) },
+		setRate: func(l testLimiter, rate Rate, _ int) error { return l.(*SlidingWindowCounter).SetRate(rate) },
+		setOverride: func(l testLimiter, key string, rate Rate, _ int) error {
+			return l.(*SlidingWindowCounter).SetOverride(key, rate)
+		},
 		actBound:  slidingCounterActBound,
 		costBound: slidingCounterCostBound,
 		bound: func(r Rate, l, e int64) int64 {
@@ -144,6 +159,9 @@ type algorithm struct {
 	// setRate changes l's parameters at run time, as build would build
 	// them (the windows ignore capacity).
 	setRate func(l testLimiter, rate Rate, capacity int) error
+	// setOverride gives key of l its own parameters, as setRate would
+	// set them (override_test.go).
+	setOverride func(l testLimiter, key string, rate Rate, capacity int) error
 	// shaper is set for an algorithm whose Allow admits one event at a time
 	// (the LeakyBucket: an event must depart now, and the next departs 1/r
 	// later), so that its limit counts the places Reserve can book at once.
@@ -183,6 +201,7 @@ type testLimiter interface {
 	Stats() Stats
 	Sweep()
 	Close() error
+	RemoveOverride(key string)
 }
 
 // new builds alg so that it allows limit events at once and limit per
@@ -232,8 +251,8 @@ func TestAlgorithmsComplete(t *testing.T) {
 			t.Errorf("entry %q: a name and a vector name, each unique, are required", alg.name)
 		}
 		seen[alg.name], seen["vectors:"+alg.vectors] = true, true
-		if alg.build == nil || alg.setRate == nil || alg.bound == nil || alg.actBound == nil || alg.costBound == nil || alg.longRuns == nil || alg.bench.allow == nil || alg.bench.deny == nil {
-			t.Errorf("%s: build, setRate, bound, actBound, costBound, longRuns and bench are required", alg.name)
+		if alg.build == nil || alg.setRate == nil || alg.setOverride == nil || alg.bound == nil || alg.actBound == nil || alg.costBound == nil || alg.longRuns == nil || alg.bench.allow == nil || alg.bench.deny == nil {
+			t.Errorf("%s: build, setRate, setOverride, bound, actBound, costBound, longRuns and bench are required", alg.name)
 		}
 		if (alg.stepFuzz == nil) == (alg.windowFuzz == nil) {
 			t.Errorf("%s: exactly one of stepFuzz and windowFuzz is required", alg.name)

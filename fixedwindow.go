@@ -42,7 +42,8 @@ import "time"
 // admission check; beyond L it carries into the windows after, L to each,
 // closing them, so a debt never vanishes at a window boundary.
 //
-// SetRate changes the rate at run time; Reset makes a key start afresh.
+// SetRate changes the rate at run time; SetOverride gives a key its own
+// (tiers); Reset makes a key start afresh.
 //
 // Build it with NewFixedWindow. It is safe for concurrent use. Most callers
 // want Allow.
@@ -88,7 +89,11 @@ func (fw *FixedWindow) Allow(key string) bool {
 	}
 	now := fw.k.nc.now()
 	h, _ := fw.k.st.Take(key, now, true)
-	_, ok := fw.k.ps.p.Load().admit(h.State(), now, 1, 0)
+	p := fw.k.ps.p.Load()
+	if h.Flagged() { // an override: the key's own parameters
+		p = fw.k.overrideOf(key, p)
+	}
+	_, ok := p.admit(h.State(), now, 1, 0)
 	h.Release()
 	return ok
 }
@@ -103,7 +108,7 @@ func (fw *FixedWindow) Allow(key string) bool {
 // the window closes the new length after its start; windows are then
 // aligned to the epoch at the new length again. Bookings made before the
 // change keep their instant; a Cancel of one after the change gives
-// nothing back.
+// nothing back. Keys with an override (SetOverride) keep theirs.
 func (fw *FixedWindow) SetRate(rate Rate) error {
 	return fw.k.swap(func(_ *fwParams, _ int64) (*fwParams, error) {
 		limit, window, err := windowParams(rate)

@@ -78,10 +78,18 @@ func ({{.Recv}} *{{.Type}}) Close() error { return {{.Recv}}.k.Close() }
 func ({{.Recv}} *{{.Type}}) Limit() int { return {{.Recv}}.k.Limit() }
 
 // Reset makes key start afresh: at rest, with its full allowance from now
-// on, as if it had never been seen. A Cancel or Settle of a booking made on
-// key before it gives nothing back (an excess is still charged); bookings
-// on other keys are untouched.
+// on, as if it had never been seen; a key with an override keeps it, and
+// starts afresh under it. A Cancel or Settle of a booking made on key
+// before it gives nothing back (an excess is still charged); bookings on
+// other keys are untouched.
 func ({{.Recv}} *{{.Type}}) Reset(key string) { {{.Recv}}.k.Reset(key) }
+
+// RemoveOverride takes key's override away, if it has one: the key is
+// back under the limiter's parameters from its next decision on,
+// atomically, its state re-expressed in them as SetRate does it (the
+// allowance it held, capped at the limiter's), and follows SetRate again.
+// A Cancel of a booking made before it gives nothing back.
+func ({{.Recv}} *{{.Type}}) RemoveOverride(key string) { {{.Recv}}.k.setOverride(key, nil, Rate{}, 0) }
 
 var _ inMemory = (*{{.Type}})(nil)
 
@@ -98,6 +106,8 @@ func ({{.Recv}} *{{.Type}}) multiUnbook(key string, n int, b booked, rollback bo
 }
 
 func ({{.Recv}} *{{.Type}}) multiPeek(key string) Decision { return {{.Recv}}.k.multiPeek(key) }
+
+func ({{.Recv}} *{{.Type}}) multiValidN(key string, n int) error { return {{.Recv}}.k.validN(key, n) }
 
 func ({{.Recv}} *{{.Type}}) latestOnly() bool { return {{.Recv}}.k.latestOnly() }
 

@@ -89,6 +89,7 @@ type keyed[S, P any, A algo[S, P]] struct {
 	st  *keystore.Store[S]
 	sw  *sweeper  // nil without WithSweepInterval
 	obs *observed // nil without WithObserver: Allow's one check
+	ov  overrides[P]
 
 	// resets counts the Resets of any key, wrapping at 2³². A key is set
 	// up in the generation it reads (see algo.keyGen), and a Reset moves
@@ -127,10 +128,7 @@ func (k *keyed[S, P, A]) setup(p *P, opts []Option) error {
 	}
 	k.nc, k.obs = newNanoClock(cfg.clock), newObserved(&cfg)
 	k.ps.p.Store(p)
-	ps, resets := &k.ps, &k.resets
-	k.st = keystore.New(keystore.Config{Shards: cfg.shards, MaxKeys: cfg.maxKeys},
-		func(s *S, now int64) { A(ps.p.Load()).reset(s, now, resets.Load()) },
-		func(s *S, now int64) bool { return A(ps.p.Load()).atRest(s, now) })
+	k.st = keystore.New(keystore.Config{Shards: cfg.shards, MaxKeys: cfg.maxKeys}, k.initKey, k.keyAtRest)
 	if cfg.sweepInterval > 0 {
 		st, nc := k.st, k.nc
 		k.sw = startSweeper(cfg.sweepInterval, nc.clock, func() { st.Sweep(nc.now()) })
@@ -143,7 +141,7 @@ func (k *keyed[S, P, A]) setup(p *P, opts []Option) error {
 // nothing recorded and no key created. The in-memory limiters ignore ctx
 // (they never block) and fail only on invalid n.
 func (k *keyed[S, P, A]) AllowN(ctx context.Context, key string, n int) (Decision, error) {
-	if err := validN(n, k.Limit()); err != nil {
+	if err := k.validN(key, n); err != nil {
 		return Decision{}, err
 	}
 	d, _, _, err := k.book(key, n, k.nc.now(), 0)
@@ -168,7 +166,7 @@ func (k *keyed[S, P, A]) allowObserved(key string) bool {
 // Reserve books n events for key at the earliest time they conform. See
 // Limiter. The in-memory limiters fail only on invalid n.
 func (k *keyed[S, P, A]) Reserve(ctx context.Context, key string, n int) (*Reservation, error) {
-	if err := validN(n, k.Limit()); err != nil {
+	if err := k.validN(key, n); err != nil {
 		return nil, err
 	}
 	r, err := k.reserve(key, n, noMaxWait)
@@ -203,7 +201,7 @@ func (k *keyed[S, P, A]) WaitN(ctx context.Context, key string, n int) error {
 }
 
 func (k *keyed[S, P, A]) waitN(ctx context.Context, key string, n int) error {
-	if err := validN(n, k.Limit()); err != nil {
+	if err := k.validN(key, n); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -259,7 +257,7 @@ func (k *keyed[S, P, A]) Reset(key string) {
 	now := k.nc.now()
 	h, fresh := k.st.Take(key, now, false)
 	if !fresh { // an absent key starts afresh already, and holds no booking
-		A(k.ps.p.Load()).reset(h.State(), now, k.resets.Add(1))
+		A(k.paramsOf(&h, key, k.ps.p.Load())).reset(h.State(), now, k.resets.Add(1))
 	}
 	h.Release()
 }
@@ -283,12 +281,13 @@ func (k *keyed[S, P, A]) swap(next func(old *P, now int64) (*P, error)) error {
 // book decides n events for key at now and describes the decision; b
 // records the epoch it was made in. n was validated against the
 // parameters before the key was taken; should a change have lowered the
-// limit below n since, book fails with ErrExceedsLimit, deciding nothing.
+// limit below n since, or the key's override allow less (see validN),
+// book fails with ErrExceedsLimit, deciding nothing.
 // A peek (n == 0) creates no key: it steps a scratch state of the store's.
 func (k *keyed[S, P, A]) book(key string, n int, now, maxWait int64) (Decision, booked, bool, error) {
 	h, _ := k.st.Take(key, now, n > 0)
 	epoch := k.ps.epoch.Load()
-	a := A(k.ps.p.Load())
+	a := A(k.paramsOf(&h, key, k.ps.p.Load()))
 	if int64(n) > a.max() {
 		h.Release()
 		return Decision{}, booked{}, false, ErrExceedsLimit
@@ -310,7 +309,7 @@ func (k *keyed[S, P, A]) unbook(key string, n int, b booked, at int64) {
 		return // changed or reset since: the booking stays taken
 	}
 	h, fresh := k.st.Take(key, at, false)
-	a := A(k.ps.p.Load())
+	a := A(k.paramsOf(&h, key, k.ps.p.Load()))
 	if s := h.State(); !fresh && k.ps.epoch.Load() == b.epoch && a.keyGen(s) == b.kgen { // an evicted key has nothing booked to give back
 		a.unstep(s, int64(n), b, at)
 	}
@@ -363,7 +362,7 @@ func (k *keyed[S, P, A]) multiCheck(key string, n int) (Decision, int64) {
 	h, _ := k.st.Take(key, now, false)
 	s := h.State()
 	saved := *s // a plain value (see latestOnly): restoring it unbooks
-	a := A(k.ps.p.Load())
+	a := A(k.paramsOf(&h, key, k.ps.p.Load()))
 	var d Decision
 	if int64(n) <= a.max() { // else refused: a limit lowered below n since it was checked
 		d, _, _ = decide(a, s, now, int64(n), 0)

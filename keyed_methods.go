@@ -54,10 +54,18 @@ func (tb *TokenBucket) Close() error { return tb.k.Close() }
 func (tb *TokenBucket) Limit() int { return tb.k.Limit() }
 
 // Reset makes key start afresh: at rest, with its full allowance from now
-// on, as if it had never been seen. A Cancel or Settle of a booking made on
-// key before it gives nothing back (an excess is still charged); bookings
-// on other keys are untouched.
+// on, as if it had never been seen; a key with an override keeps it, and
+// starts afresh under it. A Cancel or Settle of a booking made on key
+// before it gives nothing back (an excess is still charged); bookings on
+// other keys are untouched.
 func (tb *TokenBucket) Reset(key string) { tb.k.Reset(key) }
+
+// RemoveOverride takes key's override away, if it has one: the key is
+// back under the limiter's parameters from its next decision on,
+// atomically, its state re-expressed in them as SetRate does it (the
+// allowance it held, capped at the limiter's), and follows SetRate again.
+// A Cancel of a booking made before it gives nothing back.
+func (tb *TokenBucket) RemoveOverride(key string) { tb.k.setOverride(key, nil, Rate{}, 0) }
 
 var _ inMemory = (*TokenBucket)(nil)
 
@@ -74,6 +82,8 @@ func (tb *TokenBucket) multiUnbook(key string, n int, b booked, rollback bool) {
 }
 
 func (tb *TokenBucket) multiPeek(key string) Decision { return tb.k.multiPeek(key) }
+
+func (tb *TokenBucket) multiValidN(key string, n int) error { return tb.k.validN(key, n) }
 
 func (tb *TokenBucket) latestOnly() bool { return tb.k.latestOnly() }
 
@@ -137,10 +147,18 @@ func (lb *LeakyBucket) Close() error { return lb.k.Close() }
 func (lb *LeakyBucket) Limit() int { return lb.k.Limit() }
 
 // Reset makes key start afresh: at rest, with its full allowance from now
-// on, as if it had never been seen. A Cancel or Settle of a booking made on
-// key before it gives nothing back (an excess is still charged); bookings
-// on other keys are untouched.
+// on, as if it had never been seen; a key with an override keeps it, and
+// starts afresh under it. A Cancel or Settle of a booking made on key
+// before it gives nothing back (an excess is still charged); bookings on
+// other keys are untouched.
 func (lb *LeakyBucket) Reset(key string) { lb.k.Reset(key) }
+
+// RemoveOverride takes key's override away, if it has one: the key is
+// back under the limiter's parameters from its next decision on,
+// atomically, its state re-expressed in them as SetRate does it (the
+// allowance it held, capped at the limiter's), and follows SetRate again.
+// A Cancel of a booking made before it gives nothing back.
+func (lb *LeakyBucket) RemoveOverride(key string) { lb.k.setOverride(key, nil, Rate{}, 0) }
 
 var _ inMemory = (*LeakyBucket)(nil)
 
@@ -157,6 +175,8 @@ func (lb *LeakyBucket) multiUnbook(key string, n int, b booked, rollback bool) {
 }
 
 func (lb *LeakyBucket) multiPeek(key string) Decision { return lb.k.multiPeek(key) }
+
+func (lb *LeakyBucket) multiValidN(key string, n int) error { return lb.k.validN(key, n) }
 
 func (lb *LeakyBucket) latestOnly() bool { return lb.k.latestOnly() }
 
@@ -220,10 +240,18 @@ func (fw *FixedWindow) Close() error { return fw.k.Close() }
 func (fw *FixedWindow) Limit() int { return fw.k.Limit() }
 
 // Reset makes key start afresh: at rest, with its full allowance from now
-// on, as if it had never been seen. A Cancel or Settle of a booking made on
-// key before it gives nothing back (an excess is still charged); bookings
-// on other keys are untouched.
+// on, as if it had never been seen; a key with an override keeps it, and
+// starts afresh under it. A Cancel or Settle of a booking made on key
+// before it gives nothing back (an excess is still charged); bookings on
+// other keys are untouched.
 func (fw *FixedWindow) Reset(key string) { fw.k.Reset(key) }
+
+// RemoveOverride takes key's override away, if it has one: the key is
+// back under the limiter's parameters from its next decision on,
+// atomically, its state re-expressed in them as SetRate does it (the
+// allowance it held, capped at the limiter's), and follows SetRate again.
+// A Cancel of a booking made before it gives nothing back.
+func (fw *FixedWindow) RemoveOverride(key string) { fw.k.setOverride(key, nil, Rate{}, 0) }
 
 var _ inMemory = (*FixedWindow)(nil)
 
@@ -240,6 +268,8 @@ func (fw *FixedWindow) multiUnbook(key string, n int, b booked, rollback bool) {
 }
 
 func (fw *FixedWindow) multiPeek(key string) Decision { return fw.k.multiPeek(key) }
+
+func (fw *FixedWindow) multiValidN(key string, n int) error { return fw.k.validN(key, n) }
 
 func (fw *FixedWindow) latestOnly() bool { return fw.k.latestOnly() }
 
@@ -303,10 +333,18 @@ func (sl *SlidingLog) Close() error { return sl.k.Close() }
 func (sl *SlidingLog) Limit() int { return sl.k.Limit() }
 
 // Reset makes key start afresh: at rest, with its full allowance from now
-// on, as if it had never been seen. A Cancel or Settle of a booking made on
-// key before it gives nothing back (an excess is still charged); bookings
-// on other keys are untouched.
+// on, as if it had never been seen; a key with an override keeps it, and
+// starts afresh under it. A Cancel or Settle of a booking made on key
+// before it gives nothing back (an excess is still charged); bookings on
+// other keys are untouched.
 func (sl *SlidingLog) Reset(key string) { sl.k.Reset(key) }
+
+// RemoveOverride takes key's override away, if it has one: the key is
+// back under the limiter's parameters from its next decision on,
+// atomically, its state re-expressed in them as SetRate does it (the
+// allowance it held, capped at the limiter's), and follows SetRate again.
+// A Cancel of a booking made before it gives nothing back.
+func (sl *SlidingLog) RemoveOverride(key string) { sl.k.setOverride(key, nil, Rate{}, 0) }
 
 var _ inMemory = (*SlidingLog)(nil)
 
@@ -323,6 +361,8 @@ func (sl *SlidingLog) multiUnbook(key string, n int, b booked, rollback bool) {
 }
 
 func (sl *SlidingLog) multiPeek(key string) Decision { return sl.k.multiPeek(key) }
+
+func (sl *SlidingLog) multiValidN(key string, n int) error { return sl.k.validN(key, n) }
 
 func (sl *SlidingLog) latestOnly() bool { return sl.k.latestOnly() }
 
@@ -386,10 +426,18 @@ func (sc *SlidingWindowCounter) Close() error { return sc.k.Close() }
 func (sc *SlidingWindowCounter) Limit() int { return sc.k.Limit() }
 
 // Reset makes key start afresh: at rest, with its full allowance from now
-// on, as if it had never been seen. A Cancel or Settle of a booking made on
-// key before it gives nothing back (an excess is still charged); bookings
-// on other keys are untouched.
+// on, as if it had never been seen; a key with an override keeps it, and
+// starts afresh under it. A Cancel or Settle of a booking made on key
+// before it gives nothing back (an excess is still charged); bookings on
+// other keys are untouched.
 func (sc *SlidingWindowCounter) Reset(key string) { sc.k.Reset(key) }
+
+// RemoveOverride takes key's override away, if it has one: the key is
+// back under the limiter's parameters from its next decision on,
+// atomically, its state re-expressed in them as SetRate does it (the
+// allowance it held, capped at the limiter's), and follows SetRate again.
+// A Cancel of a booking made before it gives nothing back.
+func (sc *SlidingWindowCounter) RemoveOverride(key string) { sc.k.setOverride(key, nil, Rate{}, 0) }
 
 var _ inMemory = (*SlidingWindowCounter)(nil)
 
@@ -406,6 +454,8 @@ func (sc *SlidingWindowCounter) multiUnbook(key string, n int, b booked, rollbac
 }
 
 func (sc *SlidingWindowCounter) multiPeek(key string) Decision { return sc.k.multiPeek(key) }
+
+func (sc *SlidingWindowCounter) multiValidN(key string, n int) error { return sc.k.validN(key, n) }
 
 func (sc *SlidingWindowCounter) latestOnly() bool { return sc.k.latestOnly() }
 

@@ -38,8 +38,8 @@ package ratelimit
 // check, so the next booking starts after it; a queue drained since takes
 // it from its old end. A debt never takes the queue's end beyond 2⁶⁰ ns
 // from now.
-// SetRate changes the rate and capacity at run time; Reset makes a key
-// start afresh.
+// SetRate changes the rate and capacity at run time; SetOverride gives a
+// key its own (tiers); Reset makes a key start afresh.
 // docs/algorithms.md explains the choices and how it relates to
 // TokenBucket, the leaky bucket used as a meter.
 //
@@ -88,7 +88,11 @@ func (lb *LeakyBucket) Allow(key string) bool {
 	}
 	now := lb.k.nc.now()
 	h, _ := lb.k.st.Take(key, now, true)
-	_, ok := lb.k.ps.p.Load().admit(h.State(), now, 1, 0)
+	p := lb.k.ps.p.Load()
+	if h.Flagged() { // an override: the key's own parameters
+		p = lb.k.overrideOf(key, p)
+	}
+	_, ok := p.admit(h.State(), now, 1, 0)
 	h.Release()
 	return ok
 }
@@ -104,6 +108,7 @@ func (lb *LeakyBucket) Allow(key string) bool {
 // nanosecond), spaced at the new rate. A queue longer than the new
 // capacity allows takes nothing more until it has drained below it. A
 // Cancel after the change gives nothing back (its slots stay, empty).
+// Keys with an override (SetOverride) keep theirs.
 func (lb *LeakyBucket) SetRate(rate Rate, capacity int) error {
 	return lb.k.swap(func(old *lbParams, now int64) (*lbParams, error) {
 		p, err := newTBParams(rate, capacity)

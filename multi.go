@@ -311,6 +311,9 @@ type inMemory interface {
 	// clock has not passed b.act.
 	multiUnbook(key string, n int, b booked, rollback bool)
 	multiPeek(key string) Decision
+	// multiValidN checks n against the most key may ask for at once, its
+	// override's limit if it has one, else the limiter's.
+	multiValidN(key string, n int) error
 	// latestOnly reports whether the limiter gives a booking back only
 	// while it is the latest on its key (the token and leaky buckets).
 	// AllowAll checks such pairs before it books them: a booking that a
@@ -349,8 +352,10 @@ func validatePairs(n int, pairs []LimiterKey, bk []booking) error {
 		}
 		m, _ := l.(inMemory)
 		bk[i] = booking{mem: m}
-		if m != nil && n > m.Limit() {
-			return ErrExceedsLimit
+		if m != nil {
+			if err := m.multiValidN(pairs[i].Key, n); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

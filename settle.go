@@ -111,7 +111,7 @@ func (r *Reservation) SetSettle(f SettleFunc) *Reservation {
 // that its cost can be settled later (see Taker). It fails only on invalid
 // n.
 func (k *keyed[S, P, A]) Take(ctx context.Context, key string, n int) (*Reservation, error) {
-	if err := validN(n, k.Limit()); err != nil {
+	if err := k.validN(key, n); err != nil {
 		return nil, err
 	}
 	now := k.nc.now()
@@ -141,15 +141,17 @@ func (k *keyed[S, P, A]) reservation(key string, n int, d Decision, bk booked, o
 
 // settle settles n events booked as bk at actual, at now, and returns the
 // key's Decision after it. A surplus can come back only if neither the
-// parameters nor the key have changed since the booking (a change of rate,
-// a Reset, or the key dropped and set up again): the state then still
-// holds what the booking took, in the same units. An excess is charged
+// parameters nor the key have changed since the booking (a change of rate
+// or of an override, a Reset, or the key dropped and set up again): the
+// state then still holds what the booking took, in the same units. The key
+// settles under the parameters it decides under now, its override's if it
+// has one. An excess is charged
 // whatever happened since, in the parameters now in force; on a key the
 // store has dropped, it is charged from now (the key set up afresh), which
 // is no less than it would have been had the key been kept.
 func (k *keyed[S, P, A]) settle(key string, n, actual int, bk booked, now int64) Decision {
 	h, fresh := k.st.Take(key, now, actual > n)
-	a := A(k.ps.p.Load())
+	a := A(k.paramsOf(&h, key, k.ps.p.Load()))
 	s := h.State()
 	same := !fresh && bk.epoch&1 == 0 && k.ps.epoch.Load() == bk.epoch && a.keyGen(s) == bk.kgen
 	a.settle(s, int64(n), int64(actual), bk, now, same)

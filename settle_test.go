@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -216,6 +217,7 @@ func TestSettleBehaviour(t *testing.T) {
 		{"SettleAfterReset", testSettleAfterReset},
 		{"SettleAfterResetAndDrop", testSettleAfterResetAndDrop},
 		{"SettleAfterSetRate", testSettleAfterSetRate},
+		{"SettleHugeDebt", testSettleHugeDebt},
 	}
 	for _, alg := range algorithms {
 		t.Run(alg.name, func(t *testing.T) {
@@ -480,5 +482,65 @@ func TestCompositesCannotSettle(t *testing.T) {
 	}
 	if _, ok := any(sh).(Taker); ok {
 		t.Fatal("Shadow is a Taker, but Taker's doc says it is not")
+	}
+}
+
+// testSettleHugeDebt: a settlement at the largest int books a debt capped
+// 2⁶⁰ ns (36.5 years) ahead, without overflow: the key stays closed for
+// years (the sliding log, whose debt is instants at the booking's time,
+// for one window), and the Decision says so.
+func testSettleHugeDebt(t *testing.T, alg algorithm) {
+	lim, clk := newSuiteLimiter(t, alg)
+	r := suiteTake(t, lim, "k", 1)
+	d := mustSettle(t, r, math.MaxInt)
+	if d.Remaining != 0 || d.ResetAfter <= 0 || d.ResetAfter > time.Duration(maxSpan)+2*suitePeriod {
+		t.Fatalf("after a debt of MaxInt: %+v, want Remaining 0 and ResetAfter within 2⁶⁰ns", d)
+	}
+	open := 24 * time.Hour * 365 * 36
+	if alg.name == "SlidingLog" {
+		open = suitePeriod
+	}
+	clk.Advance(open - time.Nanosecond)
+	if lim.Allow("k") {
+		t.Fatalf("allowed %v after a debt of MaxInt", open-time.Nanosecond)
+	}
+	other := suiteTake(t, lim, "j", 1) // the cap is per key: another key is untouched
+	if !other.OK() {
+		t.Fatal("another key refused")
+	}
+	if _, err := other.Settle(math.MaxInt); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSettleUnderOverride: a key with an override settles under its own
+// parameters: a Take above the limiter's capacity but within the key's,
+// its surplus back in the key's units, its debt in them too; and a change
+// of the override voids the surplus of bookings made before it.
+func TestSettleUnderOverride(t *testing.T) {
+	for _, alg := range algorithms {
+		t.Run(alg.name, func(t *testing.T) {
+			lim, _ := newSuiteLimiter(t, alg)
+			if err := alg.setOverride(lim, "vip", Per(10*suiteLimit, suitePeriod), 10*suiteLimit); err != nil {
+				t.Fatal(err)
+			}
+			r := suiteTake(t, lim, "vip", 5*suiteLimit)
+			if !r.OK() {
+				t.Fatalf("Take(%d) within the override: %+v", 5*suiteLimit, r.Decision())
+			}
+			ref, _ := newLimiterAt(t, alg, 10*suiteLimit)
+			suiteAllowN(t, ref, "vip", 1)
+			if d, want := mustSettle(t, r, 1), suitePeek(t, ref, "vip"); d != want {
+				t.Fatalf("Settle(1) under the override: %+v, want %+v", d, want)
+			}
+			r = suiteReserve(t, lim, "vip", 2)
+			if err := alg.setOverride(lim, "vip", Per(20*suiteLimit, suitePeriod), 20*suiteLimit); err != nil {
+				t.Fatal(err)
+			}
+			before := suitePeek(t, lim, "vip")
+			if d := mustSettle(t, r, 0); d != before {
+				t.Fatalf("Settle(0) after SetOverride: %+v, want %+v (nothing back)", d, before)
+			}
+		})
 	}
 }

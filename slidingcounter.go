@@ -59,7 +59,8 @@ import (
 // the key's window at the settlement, carrying beyond L into the windows
 // after, the window before the key's then counting L.
 //
-// SetRate changes the rate at run time; Reset makes a key start afresh.
+// SetRate changes the rate at run time; SetOverride gives a key its own
+// (tiers); Reset makes a key start afresh.
 //
 // Build it with NewSlidingWindowCounter. It is safe for concurrent use.
 // Most callers want Allow.
@@ -107,7 +108,11 @@ func (sc *SlidingWindowCounter) Allow(key string) bool {
 	}
 	now := sc.k.nc.now()
 	h, _ := sc.k.st.Take(key, now, true)
-	_, ok := sc.k.ps.p.Load().admit(h.State(), now, 1, 0)
+	p := sc.k.ps.p.Load()
+	if h.Flagged() { // an override: the key's own parameters
+		p = sc.k.overrideOf(key, p)
+	}
+	_, ok := p.admit(h.State(), now, 1, 0)
 	h.Release()
 	return ok
 }
@@ -122,7 +127,8 @@ func (sc *SlidingWindowCounter) Allow(key string) bool {
 // new limit and length: its windows follow one another at the new length
 // from the key's window's start until the key is at rest, then align to
 // the epoch again. Bookings made before the change keep their instant; a
-// Cancel of one after the change gives nothing back.
+// Cancel of one after the change gives nothing back. Keys with an override
+// (SetOverride) keep theirs.
 func (sc *SlidingWindowCounter) SetRate(rate Rate) error {
 	return sc.k.swap(func(_ *swcParams, _ int64) (*swcParams, error) {
 		limit, window, err := windowParams(rate)

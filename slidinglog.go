@@ -44,7 +44,8 @@ const maxLogLimit = 1 << 20
 // instant, and a debt whose instants have left the window by the settlement
 // is paid already.
 //
-// SetRate changes the rate at run time; Reset makes a key start afresh.
+// SetRate changes the rate at run time; SetOverride gives a key its own
+// (tiers); Reset makes a key start afresh.
 //
 // Build it with NewSlidingLog. It is safe for concurrent use. Most callers
 // want Allow.
@@ -106,7 +107,7 @@ func newSLParams(rate Rate) (*slParams, error) {
 // next event (one allocation per key, under its lock), and keeps its size
 // under a smaller one until the key is dropped. Bookings made before the
 // change keep their instant; a Cancel of one after the change gives
-// nothing back.
+// nothing back. Keys with an override (SetOverride) keep theirs.
 func (sl *SlidingLog) SetRate(rate Rate) error {
 	return sl.k.swap(func(_ *slParams, _ int64) (*slParams, error) { return newSLParams(rate) })
 }
@@ -122,7 +123,11 @@ func (sl *SlidingLog) Allow(key string) bool {
 	}
 	now := sl.k.nc.now()
 	h, _ := sl.k.st.Take(key, now, true)
-	_, ok := sl.k.ps.p.Load().admit(h.State(), now, 1, 0)
+	p := sl.k.ps.p.Load()
+	if h.Flagged() { // an override: the key's own parameters
+		p = sl.k.overrideOf(key, p)
+	}
+	_, ok := p.admit(h.State(), now, 1, 0)
 	h.Release()
 	return ok
 }

@@ -50,8 +50,8 @@ import "fmt"
 // booking, and the refill since has paid part of it). A debt never takes
 // TAT beyond 2⁶⁰ ns (36.5 years) from now: the rest is forgiven.
 //
-// SetRate changes the rate and capacity at run time; Reset makes a key
-// start afresh.
+// SetRate changes the rate and capacity at run time; SetOverride gives a
+// key its own (tiers); Reset makes a key start afresh.
 //
 // A leaky bucket used as a meter (drop what overflows, no queue) is this
 // same function; LeakyBucket is the leaky bucket as a shaper.
@@ -140,8 +140,11 @@ func newTBParams(rate Rate, capacity int) (*tbParams, error) {
 // gives nothing back (its tokens stay taken). A key idle through more than
 // eight changes is taken, at the oldest change remembered, as full with
 // that change's capacity if it was full, and as empty until it would have
-// been full otherwise. Over any interval a key lets through no more than
-// the larger of the two configurations allows.
+// been full otherwise. Over any interval in which it stays in the store, a
+// key lets through no more than the larger of the two configurations
+// allows; a key dropped at rest (full) and seen again after a change
+// starts afresh under the new parameters, as a key never seen does. Keys
+// with an override (SetOverride) keep theirs.
 func (tb *TokenBucket) SetRate(rate Rate, capacity int) error {
 	return tb.k.swap(func(old *tbParams, now int64) (*tbParams, error) {
 		p, err := newTBParams(rate, capacity)
@@ -202,7 +205,13 @@ func (p *tbParams) adopt(s *tbState, now int64) {
 // at p's rate. Keeping the debt in tokens instead would let a faster rate
 // book new events beside the old ones, which keep their instants.
 func (p *tbParams) rebase(old *tbParams, s *tbState, now int64) {
-	t := ftime{Ns: min(p.since, now)}
+	p.rebaseAt(old, s, min(p.since, now))
+}
+
+// rebaseAt is rebase at the instant at: the change to p from old that an
+// override (or its removal) makes for one key.
+func (p *tbParams) rebaseAt(old *tbParams, s *tbState, at int64) {
+	t := ftime{Ns: at}
 	base := s.tat
 	if base.NotAfter(t) {
 		base = t
@@ -231,7 +240,11 @@ func (tb *TokenBucket) Allow(key string) bool {
 	}
 	now := tb.k.nc.now()
 	h, _ := tb.k.st.Take(key, now, true)
-	_, ok := tb.k.ps.p.Load().admit(h.State(), now, 1, 0)
+	p := tb.k.ps.p.Load()
+	if h.Flagged() { // an override: the key's own parameters
+		p = tb.k.overrideOf(key, p)
+	}
+	_, ok := p.admit(h.State(), now, 1, 0)
 	h.Release()
 	return ok
 }

@@ -54,7 +54,7 @@ type capPhase struct {
 }
 
 func benchKeyCap(b *testing.B, capKeys int) {
-	st := New(Config{Shards: 64, MaxKeys: capKeys}, func(s *testState, now int64) {}, func(s *testState, now int64) bool { return s.v%2 == 0 })
+	st := New(Config{Shards: 64, MaxKeys: capKeys}, func(s *testState, _ string, now int64) bool { return false }, func(s *testState, _ bool, _ []byte, now int64) bool { return s.v%2 == 0 })
 	tb := benchUser{st}
 	held := make([]string, 1024)
 	for i := range held {

@@ -26,7 +26,9 @@
 //     no shared lock, no allocation. Readers probe the shard's current
 //     table with atomic loads and take the lock bit in the key's slot
 //     header; calls on different keys share no lock.
-//  4. Dropping a key at rest is lossless: it changes no later decision.
+//  4. Dropping a key at rest is lossless: it changes no later decision
+//     under the parameters it was judged at rest by (after a change of
+//     the limiter's parameters a key seen again is a new key).
 //     A table about to grow first drops keys at rest for RestGrace; Sweep
 //     drops every key at rest now, and shrinks tables and compacts arenas
 //     that it left mostly empty, so memory comes back. The limiter, not
@@ -83,6 +85,14 @@
 //     waiter looks again either way. Locks are taken in the order queue,
 //     shard mutex, lock bit, never the other way, and a caller holds no
 //     handle while it takes another, so they cannot deadlock.
+//  12. A key may carry one flag bit of the caller's, in its slot header:
+//     init's result sets it when the key is set up, Handle.SetFlag
+//     changes it under the key's lock, and Handle.Flagged reads it from
+//     the header the handle holds, at no cost. It moves with the key
+//     (rule 9) and is forgotten with it; atRest is told it, and given the
+//     key's bytes when it is set, so that a caller can keep a few keys
+//     apart (the limiters' per-key overrides) without a lookup for the
+//     rest.
 //
 // Tables have any size, not only powers of two (a key's home slot is its
 // tag scaled to the table's length), and grow by half at a load of

@@ -16,7 +16,7 @@ type hotState struct {
 }
 
 func newHotStore(shards int) *Store[hotState] {
-	return New(Config{Shards: shards}, func(s *hotState, now int64) {}, func(s *hotState, now int64) bool { return !s.hot })
+	return New(Config{Shards: shards}, func(s *hotState, _ string, now int64) bool { return false }, func(s *hotState, _ bool, _ []byte, now int64) bool { return !s.hot })
 }
 
 // Rule 11: goroutines on one key, some holding its slot across a yield so

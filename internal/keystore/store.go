@@ -42,8 +42,8 @@ type Store[S any] struct {
 	maxKeys     int
 	arenaMax    uint64 // the most key bytes a shard's arena holds: maxArena but in tests
 	maxKeyLen   int    // the longest key told apart: arenaMax less room for its length
-	init        func(s *S, now int64)
-	atRest      func(s *S, now int64) bool
+	init        func(s *S, key string, now int64) bool
+	atRest      func(s *S, flagged bool, key []byte, now int64) bool
 }
 
 type shard[S any] struct {
@@ -93,8 +93,8 @@ type table[S any] struct {
 }
 
 type slot[S any] struct {
-	// hdr is 0 for an empty slot, else the key's tag (the top 29 bits),
-	// the wait bit (set, while the slot is locked, by a caller parked
+	// hdr is 0 for an empty slot, else the key's tag (the top 28 bits),
+	// the caller's flag bit (see Handle.Flagged), the wait bit (set, while the slot is locked, by a caller parked
 	// until it is let go), its reference bit (set when the key is used,
 	// cleared when the clock hand passes it), the lock bit and its offset
 	// in the arena (the low 32 bits). It is read and written atomically.
@@ -120,7 +120,8 @@ const (
 	lockBit  = 1 << 32
 	refBit   = 1 << 33
 	waitBit  = 1 << 34
-	tagShift = 35
+	flagBit  = 1 << 35
+	tagShift = 36
 	tagBits  = 1<<64 - 1<<tagShift
 
 	// fastTries is how many times a reader finds its key's slot locked by
@@ -148,9 +149,14 @@ const (
 // may be dropped when atRest; cfg.Shards must be a power of two. Under a
 // cap it takes at most max(1, MaxKeys/16) shards, and at least enough that
 // none holds more than maxShardKeys keys (up to maxShards). init and
-// atRest must be pure functions of the state and now: they run with a
+// atRest must be pure functions of the state, the key and now (and of
+// whatever the caller publishes under the key's lock): they run with a
 // slot's lock held (rule 2).
-func New[S any](cfg Config, init func(s *S, now int64), atRest func(s *S, now int64) bool) *Store[S] {
+//
+// init sets up the state of key, new at now, and returns the key's flag
+// (see Handle.Flagged). atRest is told the key's flag and, only when it is
+// set, the key's bytes (nil otherwise; valid during the call only).
+func New[S any](cfg Config, init func(s *S, key string, now int64) bool, atRest func(s *S, flagged bool, key []byte, now int64) bool) *Store[S] {
 	nshards := cfg.Shards
 	perShard := 0
 	if cfg.MaxKeys > 0 {
@@ -185,7 +191,7 @@ func (st *Store[S]) hash(key string) (sh *shard[S], tag uint64) {
 	return &st.shards[h&st.shardMask], tagOf(h)
 }
 
-// tagOf returns the tag of a key's hash, in place in a slot header: 30
+// tagOf returns the tag of a key's hash, in place in a slot header: 28
 // bits, never 0. The shard is chosen by the hash's low bits, the tag taken
 // from its high bits.
 func tagOf(h uint64) uint64 {
@@ -197,7 +203,7 @@ func tagOf(h uint64) uint64 {
 }
 
 // home returns the home slot of a header's tag in a table of n slots: the
-// tag's 30 bits scaled to [0, n), so any n works and keys keep their hash
+// tag's 28 bits scaled to [0, n), so any n works and keys keep their hash
 // order.
 func home(hdr uint64, n int) int {
 	return int((hdr >> tagShift) * uint64(n) >> (64 - tagShift))
@@ -332,6 +338,24 @@ type Handle[S any] struct {
 	queued bool // sh.queue is held too, let go after the slot
 }
 
+// Flagged reports the key's flag: a bit the caller keeps with the key,
+// set by init's result when the key is set up and changed by SetFlag
+// under the key's lock. The store keeps it through moves and rebuilds
+// (rule 9) and forgets it with the key. It costs no load: the header the
+// handle will store on Release holds it.
+func (h Handle[S]) Flagged() bool { return h.rel&flagBit != 0 }
+
+// SetFlag sets or clears the key's flag, stored with the header on
+// Release. For a peek at an absent key (rule 6) nothing is stored: the
+// flag is lost with the scratch state.
+func (h *Handle[S]) SetFlag(on bool) {
+	if on {
+		h.rel |= flagBit
+	} else {
+		h.rel &^= flagBit
+	}
+}
+
 // State returns the key's state, valid until Release.
 func (h Handle[S]) State() *S {
 	if h.sl != nil {
@@ -418,8 +442,11 @@ func (st *Store[S]) takeSlow(sh *shard[S], key string, tag uint64, now int64, cr
 	if !create {
 		var zero S
 		sh.peek = zero
-		st.init(&sh.peek, max(now, sh.restAt))
-		return Handle[S]{sh: sh}, true
+		var rel uint64
+		if st.init(&sh.peek, key, max(now, sh.restAt)) {
+			rel = flagBit // read by Flagged only: Release stores no header
+		}
+		return Handle[S]{sh: sh, rel: rel}, true
 	}
 	sl, w := st.insert(sh, key, tag, now)
 	sh.mu.Unlock()
@@ -523,8 +550,10 @@ func (st *Store[S]) insert(sh *shard[S], key string, tag uint64, now int64) (*sl
 	sl := &t.slots[i] // the same slots, whatever table value appendKey left
 	var zero S
 	sl.s = zero
-	st.init(&sl.s, max(now, sh.restAt))
 	w := tag | off
+	if st.init(&sl.s, key, max(now, sh.restAt)) {
+		w |= flagBit
+	}
 	atomic.StoreUint64(&sl.hdr, w|lockBit) // published, and ours
 	sh.n++
 	sh.inserts++
@@ -585,7 +614,7 @@ func (st *Store[S]) sweepShard(sh *shard[S], now int64, all bool) {
 		sl := &t.slots[j]
 		if atomic.LoadUint64(&sl.hdr) != 0 {
 			w := sl.lockWait()
-			if st.atRest(&sl.s, now) {
+			if st.restful(t, sl, w, now) {
 				sh.dropAtRest(t, j, now) // a later key may move here: look again
 				continue
 			}
@@ -641,7 +670,7 @@ func (st *Store[S]) evictOne(sh *shard[S], now int64) {
 		}
 		seen++
 		w := sl.lockWait()
-		if st.atRest(&sl.s, now) {
+		if st.restful(t, sl, w, now) {
 			sh.probed += probes
 			sh.sample = min(2*sh.sample, evictProbe)
 			sh.dropAtRest(t, i, now)
@@ -659,7 +688,7 @@ func (st *Store[S]) evictOne(sh *shard[S], now int64) {
 			continue
 		}
 		w := sl.lockWait()
-		if st.atRest(&sl.s, now) {
+		if st.restful(t, sl, w, now) {
 			sh.probed += probes
 			sh.dropAtRest(t, i, now)
 			return
@@ -672,6 +701,16 @@ func (st *Store[S]) evictOne(sh *shard[S], now int64) {
 		}
 		sl.unlock(sh, w&^refBit)
 	}
+}
+
+// restful reports whether the key at sl, whose lock bit the caller holds
+// and whose header was w, is at rest at now. The key's bytes are looked
+// up only for a flagged key. Requires sh.mu held (t is the shard's table).
+func (st *Store[S]) restful(t *table[S], sl *slot[S], w uint64, now int64) bool {
+	if w&flagBit == 0 {
+		return st.atRest(&sl.s, false, nil, now)
+	}
+	return st.atRest(&sl.s, true, arenaKey(t.keys, w&offMask), now)
 }
 
 // dropAtRest deletes the key at slot i, whose lock bit the caller holds,

@@ -14,7 +14,7 @@ import (
 type testState struct{ v int64 }
 
 func newTestStore(maxKeys, shards int) *Store[testState] {
-	return New(Config{Shards: shards, MaxKeys: maxKeys}, func(s *testState, now int64) {}, func(s *testState, now int64) bool { return s.v%2 == 0 })
+	return New(Config{Shards: shards, MaxKeys: maxKeys}, func(s *testState, _ string, now int64) bool { return false }, func(s *testState, _ bool, _ []byte, now int64) bool { return s.v%2 == 0 })
 }
 
 func storeGet(st *Store[testState], key string) (int64, bool) {
