@@ -88,7 +88,8 @@ func ({{.Recv}} *{{.Type}}) Reset(key string) { {{.Recv}}.k.Reset(key) }
 // back under the limiter's parameters from its next decision on,
 // atomically, its state re-expressed in them as SetRate does it (the
 // allowance it held, capped at the limiter's), and follows SetRate again.
-// A Cancel of a booking made before it gives nothing back.
+// A Cancel of a booking made before it gives nothing back, on any key, as
+// after SetRate.
 func ({{.Recv}} *{{.Type}}) RemoveOverride(key string) { {{.Recv}}.k.setOverride(key, nil, Rate{}, 0) }
 
 var _ inMemory = (*{{.Type}})(nil)
@@ -107,7 +108,7 @@ func ({{.Recv}} *{{.Type}}) multiUnbook(key string, n int, b booked, rollback bo
 
 func ({{.Recv}} *{{.Type}}) multiPeek(key string) Decision { return {{.Recv}}.k.multiPeek(key) }
 
-func ({{.Recv}} *{{.Type}}) multiValidN(key string, n int) error { return {{.Recv}}.k.validN(key, n) }
+func ({{.Recv}} *{{.Type}}) multiValidN(key string, n int) error { return {{.Recv}}.k.multiValidN(key, n) }
 
 func ({{.Recv}} *{{.Type}}) latestOnly() bool { return {{.Recv}}.k.latestOnly() }
 

@@ -64,7 +64,8 @@ func (tb *TokenBucket) Reset(key string) { tb.k.Reset(key) }
 // back under the limiter's parameters from its next decision on,
 // atomically, its state re-expressed in them as SetRate does it (the
 // allowance it held, capped at the limiter's), and follows SetRate again.
-// A Cancel of a booking made before it gives nothing back.
+// A Cancel of a booking made before it gives nothing back, on any key, as
+// after SetRate.
 func (tb *TokenBucket) RemoveOverride(key string) { tb.k.setOverride(key, nil, Rate{}, 0) }
 
 var _ inMemory = (*TokenBucket)(nil)
@@ -83,7 +84,7 @@ func (tb *TokenBucket) multiUnbook(key string, n int, b booked, rollback bool) {
 
 func (tb *TokenBucket) multiPeek(key string) Decision { return tb.k.multiPeek(key) }
 
-func (tb *TokenBucket) multiValidN(key string, n int) error { return tb.k.validN(key, n) }
+func (tb *TokenBucket) multiValidN(key string, n int) error { return tb.k.multiValidN(key, n) }
 
 func (tb *TokenBucket) latestOnly() bool { return tb.k.latestOnly() }
 
@@ -157,7 +158,8 @@ func (lb *LeakyBucket) Reset(key string) { lb.k.Reset(key) }
 // back under the limiter's parameters from its next decision on,
 // atomically, its state re-expressed in them as SetRate does it (the
 // allowance it held, capped at the limiter's), and follows SetRate again.
-// A Cancel of a booking made before it gives nothing back.
+// A Cancel of a booking made before it gives nothing back, on any key, as
+// after SetRate.
 func (lb *LeakyBucket) RemoveOverride(key string) { lb.k.setOverride(key, nil, Rate{}, 0) }
 
 var _ inMemory = (*LeakyBucket)(nil)
@@ -176,7 +178,7 @@ func (lb *LeakyBucket) multiUnbook(key string, n int, b booked, rollback bool) {
 
 func (lb *LeakyBucket) multiPeek(key string) Decision { return lb.k.multiPeek(key) }
 
-func (lb *LeakyBucket) multiValidN(key string, n int) error { return lb.k.validN(key, n) }
+func (lb *LeakyBucket) multiValidN(key string, n int) error { return lb.k.multiValidN(key, n) }
 
 func (lb *LeakyBucket) latestOnly() bool { return lb.k.latestOnly() }
 
@@ -250,7 +252,8 @@ func (fw *FixedWindow) Reset(key string) { fw.k.Reset(key) }
 // back under the limiter's parameters from its next decision on,
 // atomically, its state re-expressed in them as SetRate does it (the
 // allowance it held, capped at the limiter's), and follows SetRate again.
-// A Cancel of a booking made before it gives nothing back.
+// A Cancel of a booking made before it gives nothing back, on any key, as
+// after SetRate.
 func (fw *FixedWindow) RemoveOverride(key string) { fw.k.setOverride(key, nil, Rate{}, 0) }
 
 var _ inMemory = (*FixedWindow)(nil)
@@ -269,7 +272,7 @@ func (fw *FixedWindow) multiUnbook(key string, n int, b booked, rollback bool) {
 
 func (fw *FixedWindow) multiPeek(key string) Decision { return fw.k.multiPeek(key) }
 
-func (fw *FixedWindow) multiValidN(key string, n int) error { return fw.k.validN(key, n) }
+func (fw *FixedWindow) multiValidN(key string, n int) error { return fw.k.multiValidN(key, n) }
 
 func (fw *FixedWindow) latestOnly() bool { return fw.k.latestOnly() }
 
@@ -343,7 +346,8 @@ func (sl *SlidingLog) Reset(key string) { sl.k.Reset(key) }
 // back under the limiter's parameters from its next decision on,
 // atomically, its state re-expressed in them as SetRate does it (the
 // allowance it held, capped at the limiter's), and follows SetRate again.
-// A Cancel of a booking made before it gives nothing back.
+// A Cancel of a booking made before it gives nothing back, on any key, as
+// after SetRate.
 func (sl *SlidingLog) RemoveOverride(key string) { sl.k.setOverride(key, nil, Rate{}, 0) }
 
 var _ inMemory = (*SlidingLog)(nil)
@@ -362,7 +366,7 @@ func (sl *SlidingLog) multiUnbook(key string, n int, b booked, rollback bool) {
 
 func (sl *SlidingLog) multiPeek(key string) Decision { return sl.k.multiPeek(key) }
 
-func (sl *SlidingLog) multiValidN(key string, n int) error { return sl.k.validN(key, n) }
+func (sl *SlidingLog) multiValidN(key string, n int) error { return sl.k.multiValidN(key, n) }
 
 func (sl *SlidingLog) latestOnly() bool { return sl.k.latestOnly() }
 
@@ -436,7 +440,8 @@ func (sc *SlidingWindowCounter) Reset(key string) { sc.k.Reset(key) }
 // back under the limiter's parameters from its next decision on,
 // atomically, its state re-expressed in them as SetRate does it (the
 // allowance it held, capped at the limiter's), and follows SetRate again.
-// A Cancel of a booking made before it gives nothing back.
+// A Cancel of a booking made before it gives nothing back, on any key, as
+// after SetRate.
 func (sc *SlidingWindowCounter) RemoveOverride(key string) { sc.k.setOverride(key, nil, Rate{}, 0) }
 
 var _ inMemory = (*SlidingWindowCounter)(nil)
@@ -455,7 +460,7 @@ func (sc *SlidingWindowCounter) multiUnbook(key string, n int, b booked, rollbac
 
 func (sc *SlidingWindowCounter) multiPeek(key string) Decision { return sc.k.multiPeek(key) }
 
-func (sc *SlidingWindowCounter) multiValidN(key string, n int) error { return sc.k.validN(key, n) }
+func (sc *SlidingWindowCounter) multiValidN(key string, n int) error { return sc.k.multiValidN(key, n) }
 
 func (sc *SlidingWindowCounter) latestOnly() bool { return sc.k.latestOnly() }
 

@@ -47,6 +47,11 @@ import (
 //     change of rate does, so a Cancel (or a Settle's surplus) of a
 //     booking made before it gives nothing back; a Reset moves the key's
 //     generation on instead (see keyed.resets).
+//   - The table is keyed as the store knows keys: a key longer than the
+//     store tells apart (keystore rule 10) by its prefix. So every
+//     spelling of a key that reaches a flagged slot finds the entry the
+//     slot's state was written under, and one created or seen again after
+//     a drop is set up under it.
 
 // ovShards is how many copy-on-write shards an override table has: a
 // change copies one shard, about 1/4096 of the table. The array of shards
@@ -149,10 +154,22 @@ func (k *keyed[S, P, A]) paramsOf(h *keystore.Handle[S], key string, p *P) *P {
 //
 //go:noinline
 func (k *keyed[S, P, A]) overrideOf(key string, p *P) *P {
-	if e := k.ov.lookup(key); e != nil {
+	if e := k.ov.lookup(k.storeKey(key)); e != nil {
 		return &e.p
 	}
 	return p
+}
+
+// storeKey is key as the store knows it: a key longer than the store
+// tells apart is known by its prefix (keystore rule 10). The overrides
+// are keyed the same way, so that a flagged key, however it is spelt,
+// always finds the entry its state was written under. The store gives
+// init and atRest its own key already.
+func (k *keyed[S, P, A]) storeKey(key string) string {
+	if n := k.st.MaxKeyLen(); len(key) > n {
+		return key[:n]
+	}
+	return key
 }
 
 // initKey sets up key's state at now, under its override if it has one,
@@ -187,16 +204,32 @@ func (k *keyed[S, P, A]) validN(key string, n int) error {
 	if err != ErrExceedsLimit {
 		return err
 	}
-	if e := k.ov.lookup(key); e != nil && int64(n) <= A(&e.p).max() {
+	if e := k.ov.lookup(k.storeKey(key)); e != nil && int64(n) <= A(&e.p).max() {
 		return nil
 	}
 	return err
+}
+
+// multiValidN is validN for AllowAll, which refuses before it books
+// anything: n is checked against key's own limit, so that an override
+// allowing less than the limiter refuses n above it with ErrExceedsLimit
+// as AllowN does, not with a denial no retry could turn into an
+// allowance. It costs a lookup only while the limiter has overrides.
+func (k *keyed[S, P, A]) multiValidN(key string, n int) error {
+	if err := k.validN(key, n); err != nil {
+		return err
+	}
+	if e := k.ov.lookup(k.storeKey(key)); e != nil && int64(n) > A(&e.p).max() {
+		return ErrExceedsLimit
+	}
+	return nil
 }
 
 // setOverride gives key the parameters p, built from rate and capacity,
 // or, with p nil, takes its override away; see the invariant above. p is
 // given its generation here.
 func (k *keyed[S, P, A]) setOverride(key string, p *P, rate Rate, capacity int) {
+	key = k.storeKey(key)
 	k.ps.mu.Lock()
 	defer k.ps.mu.Unlock()
 	t := k.ov.t.Load()
@@ -255,7 +288,7 @@ func (k *keyed[S, P, A]) setOverride(key string, p *P, rate Rate, capacity int) 
 
 // override returns key's override: its rate and capacity.
 func (k *keyed[S, P, A]) override(key string) (Rate, int, bool) {
-	if e := k.ov.lookup(key); e != nil {
+	if e := k.ov.lookup(k.storeKey(key)); e != nil {
 		return e.rate, e.capacity, true
 	}
 	return Rate{}, 0, false
@@ -265,10 +298,12 @@ func (k *keyed[S, P, A]) override(key string) (Rate, int, bool) {
 // Override differ by type, as SetRate does.
 
 // SetOverride gives key a rate and capacity of its own, in place of the
-// limiter's, from the key's next decision on, atomically: a decision on
-// the key uses either its old parameters or the new ones, never a mix. It
+// limiter's, from the key's next decision on, atomically: a decision on the
+// key uses either its old parameters or the new ones, never a mix. It
 // validates as NewTokenBucket does and returns the same errors, leaving
-// everything unchanged on error. Other keys are unaffected.
+// everything unchanged on error. Other keys decide as before, but a Cancel
+// of a booking made before the change gives nothing back on any key, as
+// after SetRate.
 //
 // The key keeps the tokens it held at the change, capped at the new
 // capacity, and refills at the new rate from then on, as SetRate does for
@@ -299,10 +334,11 @@ func (tb *TokenBucket) Override(key string) (rate Rate, capacity int, ok bool) {
 
 // SetOverride gives key a drain rate and queue capacity of its own, in
 // place of the limiter's, from the key's next decision on, atomically: a
-// decision on the key uses either its old parameters or the new ones,
-// never a mix. It validates as NewLeakyBucket does and returns the same
-// errors, leaving everything unchanged on error. Other keys are
-// unaffected.
+// decision on the key uses either its old parameters or the new ones, never
+// a mix. It validates as NewLeakyBucket does and returns the same errors,
+// leaving everything unchanged on error. Other keys decide as before, but a
+// Cancel of a booking made before the change gives nothing back on any key,
+// as after SetRate.
 //
 // The key keeps its queue, as SetRate keeps every key's: the events booked
 // keep their slots, the next slot starts where the queue ends, spaced at
@@ -332,10 +368,12 @@ func (lb *LeakyBucket) Override(key string) (rate Rate, capacity int, ok bool) {
 }
 
 // SetOverride gives key a limit and window length of its own, in place of
-// the limiter's, from the key's next decision on, atomically: a decision
-// on the key uses either its old parameters or the new ones, never a mix.
-// It validates as NewFixedWindow does and returns the same errors, leaving
-// everything unchanged on error. Other keys are unaffected.
+// the limiter's, from the key's next decision on, atomically: a decision on
+// the key uses either its old parameters or the new ones, never a mix. It
+// validates as NewFixedWindow does and returns the same errors, leaving
+// everything unchanged on error. Other keys decide as before, but a Cancel
+// of a booking made before the change gives nothing back on any key, as
+// after SetRate.
 //
 // The key keeps its window's start and count, as SetRate keeps every
 // key's: the count is held against the new limit, the window closes the
@@ -365,10 +403,12 @@ func (fw *FixedWindow) Override(key string) (rate Rate, ok bool) {
 }
 
 // SetOverride gives key a limit and window length of its own, in place of
-// the limiter's, from the key's next decision on, atomically: a decision
-// on the key uses either its old parameters or the new ones, never a mix.
-// It validates as NewSlidingLog does and returns the same errors, leaving
-// everything unchanged on error. Other keys are unaffected.
+// the limiter's, from the key's next decision on, atomically: a decision on
+// the key uses either its old parameters or the new ones, never a mix. It
+// validates as NewSlidingLog does and returns the same errors, leaving
+// everything unchanged on error. Other keys decide as before, but a Cancel
+// of a booking made before the change gives nothing back on any key, as
+// after SetRate.
 //
 // The key keeps the instants it has logged, counted against the new limit
 // over the new window, as SetRate keeps every key's: its log grows to a
@@ -398,11 +438,12 @@ func (sl *SlidingLog) Override(key string) (rate Rate, ok bool) {
 }
 
 // SetOverride gives key a limit and window length of its own, in place of
-// the limiter's, from the key's next decision on, atomically: a decision
-// on the key uses either its old parameters or the new ones, never a mix.
-// It validates as NewSlidingWindowCounter does and returns the same
-// errors, leaving everything unchanged on error. Other keys are
-// unaffected.
+// the limiter's, from the key's next decision on, atomically: a decision on
+// the key uses either its old parameters or the new ones, never a mix. It
+// validates as NewSlidingWindowCounter does and returns the same errors,
+// leaving everything unchanged on error. Other keys decide as before, but a
+// Cancel of a booking made before the change gives nothing back on any key,
+// as after SetRate.
 //
 // The key keeps its window's start and both counts, weighed against the
 // new limit and length, as SetRate keeps every key's, and a Cancel of a

@@ -395,6 +395,20 @@ func testOverrideMulti(t *testing.T, alg algorithm) {
 	if _, err := AllowAll(bg, bigLimit, []LimiterKey{{Limiter: l, Key: "free"}}); !errors.Is(err, ErrExceedsLimit) {
 		t.Fatalf("AllowAll(%d) on a free key: %v", bigLimit, err)
 	}
+	// n above a smaller override, within the limiter's limit: refused as
+	// AllowN refuses it, before anything is booked, not denied with a
+	// RetryAfter of zero that no retry could ever turn into an allowance.
+	setOverride(t, alg, l, "small", smallLimit)
+	pairs = []LimiterKey{{Limiter: l, Key: "free"}, {Limiter: l, Key: "small"}}
+	if d, err := AllowAll(bg, smallLimit+1, pairs); !errors.Is(err, ErrExceedsLimit) {
+		t.Fatalf("AllowAll(%d) on a key with an override of %d: %+v, %v, want ErrExceedsLimit", smallLimit+1, smallLimit, d, err)
+	}
+	if d := peekAt(t, l, "free"); d.Remaining != suiteLimit {
+		t.Fatalf("a refused AllowAll booked on another pair: %+v", d)
+	}
+	if d, err := AllowAll(bg, smallLimit, pairs); err != nil || !d.Allowed {
+		t.Fatalf("AllowAll(%d) within every limit: %+v %v", smallLimit, d, err)
+	}
 }
 
 // Allow allocates nothing on a key with an override or without one, and

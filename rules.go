@@ -223,7 +223,17 @@ func (e *exemptions) parse(f []string) error {
 			if a := p.Addr(); a.Is4In6() && p.Bits() < 96 {
 				return fmt.Errorf("exempt prefix %q is an IPv4-mapped prefix shorter than /96", v)
 			}
-			e.prefixes = append(e.prefixes, netmatch.Unmap(p))
+			// Bits past the length are a typo for another prefix or one
+			// address, and a prefix of length 0 turns every rule off:
+			// both would exempt far more than was meant, without a word.
+			if m := p.Masked(); m != p {
+				return fmt.Errorf("exempt prefix %q has address bits past its length: write %s for the network, or %s for the one address", v, m, p.Addr())
+			}
+			u := netmatch.Unmap(p)
+			if u.Bits() == 0 {
+				return fmt.Errorf("exempt prefix %q holds every %s address: it would turn every rule off for them", v, map[bool]string{true: "IPv4", false: "IPv6"}[u.Addr().Is4()])
+			}
+			e.prefixes = append(e.prefixes, u)
 			continue
 		}
 		a, err := netip.ParseAddr(v)
@@ -494,7 +504,10 @@ func parseRuleTable(config string, opts []Option, old *ruleTable) (*ruleTable, e
 		if line == "" {
 			continue
 		}
-		if f := strings.Fields(line); strings.EqualFold(f[0], "exempt") && classEnd(line) < 0 {
+		// A line that starts with the word is an exemption unless it reads
+		// as a rule and not as an exemption ("exempt /x: 1/s global"): an
+		// IPv6 address that ends in "::" before another looks like a class.
+		if f := strings.Fields(line); strings.EqualFold(f[0], "exempt") && (classEnd(line) < 0 || new(exemptions).parse(f[1:]) == nil) {
 			if ex == nil {
 				ex = &exemptions{}
 			}

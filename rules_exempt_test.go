@@ -30,6 +30,8 @@ func TestRulesExemptForms(t *testing.T) {
 		{"exempt 2001:db8:1:2::/64", Subject{IP: "2001:db8:1:2::/64"}, true},
 		{"exempt 2001:db8:1:2::/80", Subject{IP: "2001:db8:1:2::/64"}, false}, // narrower than the group
 		{"exempt 2001:db8::1", Subject{IP: "2001:db8::1%eth0"}, true},
+		{"exempt 2001:db8:: 192.0.2.7", Subject{IP: "192.0.2.7"}, true}, // "::" then a space is no class
+		{"exempt 2001:db8:: 192.0.2.7", Subject{IP: "2001:db8::"}, true},
 		{"exempt 10.0.0.0/8", Subject{IP: "10.0.0.0/8/9"}, false},
 		{"exempt 10.0.0.0/8", Subject{IP: "not an address"}, false},
 		{"exempt 10.0.0.0/8", Subject{User: "10.1.2.3"}, false}, // a user is not an address
@@ -75,6 +77,14 @@ func TestRulesExemptErrors(t *testing.T) {
 		{"exempt user a b", `want "exempt user ID"`},
 		{"exempt ::ffff:0.0.0.0/8", "IPv4-mapped prefix shorter than /96"},
 		{"exempt alice", `exempt address "alice"`},
+		// Prefixes that would exempt far more than was meant.
+		{"exempt 10.1.2.3/8", `exempt prefix "10.1.2.3/8" has address bits past its length: write 10.0.0.0/8 for the network, or 10.1.2.3 for the one address`},
+		{"exempt 2001:db8::1/32", `write 2001:db8::/32 for the network, or 2001:db8::1 for the one address`},
+		{"exempt ::ffff:10.1.2.3/104", `write ::ffff:10.0.0.0/104 for the network`},
+		{"exempt 0.0.0.0/0", `exempt prefix "0.0.0.0/0" holds every IPv4 address: it would turn every rule off`},
+		{"exempt ::/0", `holds every IPv6 address`},
+		{"exempt ::ffff:0.0.0.0/96", `holds every IPv4 address`},
+		{"exempt 10.0.0.0/8 1.2.3.4/0", `exempt prefix "1.2.3.4/0" has address bits`},
 	} {
 		_, err := ParseRules(c.config)
 		if err == nil || !errors.Is(err, ErrInvalidRule) || !strings.Contains(err.Error(), c.want) {
@@ -215,7 +225,7 @@ func TestRulesWithExempt(t *testing.T) {
 	if _, err := ParseRules("*: 1/m per ip", WithExempt("user alice")); err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range []string{"", "10.0.0.0/33", "user", "user a b", "not-an-address"} {
+	for _, bad := range []string{"", "10.0.0.0/33", "user", "user a b", "not-an-address", "10.0.0.1/8", "0.0.0.0/0"} {
 		if _, err := NewRules(rules, WithExempt(bad)); !errors.Is(err, ErrInvalidOption) {
 			t.Errorf("WithExempt(%q): err = %v, want ErrInvalidOption", bad, err)
 		}

@@ -91,8 +91,8 @@ func newSLParams(rate Rate) (*slParams, error) {
 		return nil, err
 	}
 	if limit > maxLogLimit {
-		return nil, fmt.Errorf("%w: a sliding log of %d events would take %d bytes per key; the limit is %d (use SlidingWindowCounter)",
-			ErrInvalidRate, limit, 8*limit, maxLogLimit)
+		return nil, fmt.Errorf("%w: a sliding log keeps 8 bytes an event for each key, and %d events are more than its limit of %d (use SlidingWindowCounter)",
+			ErrInvalidRate, limit, maxLogLimit)
 	}
 	return &slParams{limit: limit, window: window}, nil
 }

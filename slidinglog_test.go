@@ -4,7 +4,10 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -136,6 +139,29 @@ func TestNewSlidingLogErrors(t *testing.T) {
 	}
 	if _, err := NewSlidingLog(Per(maxLogLimit, time.Duration(maxSpan))); err != nil {
 		t.Errorf("NewSlidingLog at the extremes: %v", err)
+	}
+}
+
+// A limit above the log's says what it would cost, in numbers that hold
+// for any limit (8 bytes an event would overflow past 2⁶⁰), through
+// NewSlidingLog, SetRate and SetOverride alike.
+func TestSlidingLogLimitError(t *testing.T) {
+	sl, _ := newTestSlidingLog(t, Per(3, time.Second), winT0)
+	for _, n := range []int64{maxLogLimit + 1, 1 << 61, math.MaxInt64} {
+		rate := Per(n, time.Second)
+		_, errNew := NewSlidingLog(rate)
+		for _, err := range []error{errNew, sl.SetRate(rate), sl.SetOverride("k", rate)} {
+			if !errors.Is(err, ErrInvalidRate) {
+				t.Fatalf("a log of %d events: %v, want ErrInvalidRate", n, err)
+			}
+			msg := err.Error()
+			if strings.Contains(msg, "-") || strings.Contains(msg, " 0 ") || !strings.Contains(msg, strconv.FormatInt(n, 10)) || !strings.Contains(msg, strconv.Itoa(maxLogLimit)) {
+				t.Errorf("a log of %d events: %q, want its count and the log's limit, nothing negative", n, msg)
+			}
+		}
+	}
+	if d := mustAllowN(t, sl, "k", 0); d.Limit != 3 {
+		t.Fatalf("a refused override changed the key: %+v", d)
 	}
 }
 

@@ -66,8 +66,12 @@ type IPConfig struct {
 }
 
 // ParsePrefixes parses addresses and CIDR prefixes, such as "10.0.0.0/8",
-// "192.0.2.7" or "2001:db8::/32", for IPConfig.TrustedProxies. A bare
-// address stands for itself alone (/32 or /128).
+// "192.0.2.7" or "2001:db8::/32", for IPConfig.TrustedProxies and
+// WithExempt. A bare address stands for itself alone (/32 or /128). A
+// prefix must be written as its network: "10.1.2.3/8" is refused (it
+// would trust or exempt the whole of 10.0.0.0/8, most likely not what was
+// meant), and so is a prefix of length 0, which would take in every
+// address.
 func ParsePrefixes(s ...string) ([]netip.Prefix, error) {
 	out := make([]netip.Prefix, 0, len(s))
 	for _, v := range s {
@@ -75,14 +79,20 @@ func ParsePrefixes(s ...string) ([]netip.Prefix, error) {
 		if strings.Contains(v, "/") {
 			p, err := netip.ParsePrefix(v)
 			if err != nil {
-				return nil, fmt.Errorf("httplimit: trusted proxy %q: %w", v, err)
+				return nil, fmt.Errorf("httplimit: prefix %q: %w", v, err)
 			}
-			out = append(out, p.Masked())
+			if p.Bits() == 0 {
+				return nil, fmt.Errorf("httplimit: prefix %q takes in every address: list your proxies' or networks' own prefixes", v)
+			}
+			if p.Masked() != p {
+				return nil, fmt.Errorf("httplimit: prefix %q has address bits past its length: write %v for the network, or %v for the one address", v, p.Masked(), p.Addr())
+			}
+			out = append(out, p)
 			continue
 		}
 		a, err := netip.ParseAddr(v)
 		if err != nil {
-			return nil, fmt.Errorf("httplimit: trusted proxy %q: %w", v, err)
+			return nil, fmt.Errorf("httplimit: address %q: %w", v, err)
 		}
 		a = a.Unmap().WithZone("")
 		out = append(out, netip.PrefixFrom(a, a.BitLen()))
@@ -105,8 +115,10 @@ func ByIP() KeyFunc {
 // mapped into IPv6 is keyed as IPv4. A request whose RemoteAddr is not an
 // IP address (a Unix socket) gets an error matching ErrNoKey.
 //
-// It returns an error if a prefix length is out of range or Header is not
-// one of the three it knows.
+// It returns an error if a prefix length is out of range, Header is not
+// one of the three it knows, or a trusted proxy prefix has length 0:
+// trusting every address as a proxy would let any client choose its own
+// key by writing the header.
 func ClientIP(cfg IPConfig) (KeyFunc, error) {
 	if cfg.IPv6Prefix == 0 {
 		cfg.IPv6Prefix = 64
@@ -133,6 +145,9 @@ func ClientIP(cfg IPConfig) (KeyFunc, error) {
 	}
 	c := &clientIP{cfg: cfg, walk: walk}
 	for _, p := range cfg.TrustedProxies {
+		if p.IsValid() && p.Bits() == 0 {
+			return nil, fmt.Errorf("httplimit: trusted proxy prefix %v trusts every address: any client could choose its own key by sending %s; list your proxies' prefixes", p, cfg.Header)
+		}
 		c.trusted = append(c.trusted, p.Masked())
 	}
 	return c.key, nil

@@ -145,17 +145,34 @@ func TestClientIPForwarded(t *testing.T) {
 }
 
 func TestParsePrefixes(t *testing.T) {
-	p := mustPrefixes(t, "10.1.2.3/8", " 192.0.2.1 ", "2001:db8::1", "::ffff:192.0.2.9")
+	p := mustPrefixes(t, "10.0.0.0/8", " 192.0.2.1 ", "2001:db8::1", "::ffff:192.0.2.9")
 	want := []string{"10.0.0.0/8", "192.0.2.1/32", "2001:db8::1/128", "192.0.2.9/32"}
 	for i := range want {
 		if p[i].String() != want[i] {
 			t.Errorf("prefix %d = %v, want %s", i, p[i], want[i])
 		}
 	}
-	for _, bad := range []string{"10.0.0.0/33", "example.com", ""} {
+	// A prefix with host bits would trust (or exempt) a whole network the
+	// writer most likely did not mean; one of length 0, every address.
+	for _, bad := range []string{"10.0.0.0/33", "example.com", "", "10.1.2.3/8", "0.0.0.0/0", "::/0", "2001:db8::1/32"} {
 		if _, err := ParsePrefixes(bad); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
+	}
+}
+
+// Trusting every address as a proxy lets any client choose its own key by
+// writing the forwarded header: ClientIP refuses it.
+func TestClientIPRefusesTrustingEveryone(t *testing.T) {
+	for _, p := range []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")} {
+		for _, h := range []string{"X-Forwarded-For", "Forwarded", "X-Real-IP"} {
+			if _, err := ClientIP(IPConfig{TrustedProxies: []netip.Prefix{p}, Header: h}); err == nil {
+				t.Errorf("ClientIP trusting %v with %s: no error", p, h)
+			}
+		}
+	}
+	if _, err := ClientIP(IPConfig{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}); err != nil {
+		t.Errorf("ClientIP trusting 10.0.0.0/8: %v", err)
 	}
 }
 

@@ -172,9 +172,11 @@ func (a testAlgorithm) conformanceCase(p params) algoCase {
 		name, limit = fmt.Sprintf("%s(%v,%d)", a.name, p.rate, p.capacity), p.capacity
 	}
 	return algoCase{
-		name:  name,
-		limit: limit,
-		step:  p.rate.Period / time.Duration(p.rate.N),
+		name:   name,
+		limit:  limit,
+		params: p,
+		bucket: a.bucket,
+		step:   p.rate.Period / time.Duration(p.rate.N),
 		core: func(clk ratelimit.Clock) (ratelimit.Limiter, error) {
 			return a.core(p.rate, p.capacity, ratelimit.WithClock(clk))
 		},

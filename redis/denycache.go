@@ -86,3 +86,10 @@ func (c *denyCache) forget(key string) {
 	delete(c.m, key)
 	c.mu.Unlock()
 }
+
+// clear forgets every denial.
+func (c *denyCache) clear() {
+	c.mu.Lock()
+	clear(c.m)
+	c.mu.Unlock()
+}

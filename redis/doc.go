@@ -36,7 +36,8 @@
 // it (7.0 on; SET then PEXPIREAT before). Reservation.Cancel sends one
 // more script, which gives the booking back as the in-memory limiter
 // would (not after it is due; for the buckets, only while no later booking
-// is held). Reset deletes a key's Redis keys in one more script.
+// is held), and Reservation.Settle one more (see Costs settled after the
+// fact). Reset deletes a key's Redis keys in one more script.
 // Redis 3.2 or later is needed (the scripts read TIME before
 // writing); the tests run against Redis 7.
 //
@@ -90,6 +91,88 @@
 // equal Decisions and Reservations field for field. For that the scripts
 // can read the limiter's clock, sent with each call, instead of TIME: an
 // unexported option that only this package's tests can set.
+//
+// # Changing the rate
+//
+// Each limiter's SetRate changes its parameters at run time with the
+// in-memory type's semantics (see ratelimit.TokenBucket.SetRate and the
+// others): every key from its next decision, a call deciding under either
+// the old parameters or the new ones (read once, from an atomic pointer:
+// no lock on the hot path). The parameters are the limiter's, in the
+// process, not in Redis: an operator changes every instance of a service
+// that shares the keys (each replica's limiter), and until all have, each
+// decides under its own.
+//
+// A bucket's state records the parameters it was written under, as a tag
+// sent with the parameters at every call (no extra argument): a
+// fingerprint of the rate and capacity, a random name of the limiter
+// instance, and how many changes it has made. A decision on a state
+// written under the call's parameters, or by another instance under
+// equal ones, is the usual single round trip. A token bucket's state
+// written by the same limiter under earlier parameters is re-expressed as
+// in memory, through each change at the instant it happened (up to 8
+// earlier parameters are kept): the script replies with the state, the
+// limiter re-expresses it in Go in exact arithmetic, and a second round
+// trip decides on condition the key still holds that state. This happens
+// at most once per key and change. A change's instant is placed on the
+// server's clock by its age on the limiter's clock, so within a round
+// trip of where it happened.
+//
+// A state written by another instance under parameters this one does not
+// know is read soundly, never with more than this limiter's capacity and
+// never letting an event act before a booking it holds: a token bucket is
+// empty until the state's TAT and refills at this limiter's rate from then
+// (full if the TAT has passed: the key is at rest); a leaky bucket keeps
+// its queue, its end rounded up to a whole nanosecond, the places it holds
+// counted against this limiter's capacity; the windows read their starts,
+// counts and instants as they stand, against this limiter's limit and
+// window, as in memory after a change. So while instances disagree, a
+// bucket shared by them lets through no more than the largest of their
+// configurations allows (often less, as each reads the others' states
+// as empty).
+//
+// A key at rest has no state on Redis (its TTL has ended), so at a raise
+// it starts with the new capacity, where an in-memory bucket still held
+// keeps the tokens it had. A Cancel of a booking made before this
+// limiter's change gives nothing back, as in memory; under FailLocal the
+// local limiter changes too, and a deny cache forgets its denials.
+//
+// # Per-key overrides
+//
+// SetOverride gives a key (a paying customer's tier) a rate and capacity
+// of its own, RemoveOverride takes it away and Override reports it, with
+// the in-memory types' semantics: the key's state is re-expressed by the
+// rule SetRate follows, at the instant of the change; a later SetRate
+// leaves the key alone; its Decisions carry its own Limit, and n up to its
+// own limit is accepted. Like SetRate, an override is the limiter's, in
+// the process: every instance sharing the keys must set it. A call looks
+// its key up in the limiter's table (only once the limiter has had an
+// override; a map lookup beside a round trip) and sends the key's own
+// parameters; a token bucket's state left under the parameters a change
+// replaced is re-expressed at its next decision, as after SetRate (a
+// second round trip, once). The table is copied at each change: it is
+// meant for a modest number of keys.
+//
+// # Costs settled after the fact
+//
+// Every limiter is a ratelimit.Taker: Take decides like AllowN, in one
+// round trip, and hands back the booking; Reservation.Settle, on a Take's
+// or a Reserve's booking, settles it at its actual cost in one more round
+// trip, by the in-memory algorithm's rules (see ratelimit.Reservation.Settle
+// and each algorithm's doc). A surplus comes back, at any time, only while
+// the booking is what the algorithm's give-back rule needs (a bucket's
+// latest booking, a window still counting it, its instants still in the
+// log), and only if this limiter has made no rate change and no Reset of
+// the key since the booking; an excess is booked as debt on the key, with
+// no admission check, in the parameters now in force. The Decision is
+// the key's after the settlement. A debt is capped where the backend's
+// exact arithmetic ends: a bucket's TAT or a window's carry reaches at
+// most 35 days past the settlement (30 for the sliding window counter),
+// where in memory the cap is 36.5 years; a debt beyond 2^52 events is cut
+// to it. Under FailLocal the local limiter's booking is settled too, and
+// answers when Redis fails; under FailOpen a failed Settle answers as for
+// a key without history, under FailClosed with an error matching
+// ErrUnavailable.
 //
 // # Keys and Redis Cluster
 //

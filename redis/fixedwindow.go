@@ -1,6 +1,8 @@
 package redis
 
 import (
+	"time"
+
 	"github.com/ratelimitkit/ratelimit"
 )
 
@@ -34,7 +36,10 @@ type FixedWindow struct {
 	limiter
 }
 
-var _ ratelimit.Limiter = (*FixedWindow)(nil)
+var (
+	_ ratelimit.Limiter = (*FixedWindow)(nil)
+	_ ratelimit.Taker   = (*FixedWindow)(nil)
+)
 
 // NewFixedWindow returns a fixed-window limiter on Redis of rate.N events
 // per window of rate.Period, per key. It returns an error matching
@@ -50,7 +55,7 @@ func NewFixedWindow(client Client, rate ratelimit.Rate, opts ...Option) (*FixedW
 		return nil, err
 	}
 	a := newWindowAlgo(rate.N, int64(rate.Period), int64(maxSpan), true)
-	l, err := newLimiter(client, fwScript, []string{":fw"}, int(rate.N), a, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
+	l, err := newLimiter(client, fwScript, []string{":fw"}, a, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
 		return ratelimit.NewFixedWindow(rate, o...)
 	})
 	if err != nil {
@@ -59,13 +64,35 @@ func NewFixedWindow(client Client, rate ratelimit.Rate, opts ...Option) (*FixedW
 	return &FixedWindow{l}, nil
 }
 
+// SetRate changes the limit and the window's length for every key, from
+// each key's next decision on, as ratelimit.FixedWindow.SetRate does (each
+// key keeps its window's start and count), and with the same errors as
+// NewFixedWindow, leaving the limiter unchanged on error. A call reads the
+// parameters once: it decides under either the old ones or the new ones.
+//
+// The change is this limiter's, not Redis's: every instance sharing the
+// keys must make it (see the package doc, Changing the rate). A window
+// written under other parameters, this limiter's earlier ones or another
+// instance's, is read as in memory: its start and count, the count held
+// against this limiter's limit, the window closing this limiter's length
+// after its start. A Cancel of a booking made before the change gives
+// nothing back. Under FailLocal the local limiter changes too.
+func (fw *FixedWindow) SetRate(rate ratelimit.Rate) error {
+	return fw.setRate(func(old algorithm, _ time.Time) (algorithm, error) {
+		if err := windowParams(rate); err != nil {
+			return nil, err
+		}
+		return old.(*windowAlgo).with(rate), nil
+	}, setLocalRate(rate))
+}
+
 // fwScript mirrors the core's fwParams.admit and unstep; st is the key's
 // window start relative to now. Its replies are the token bucket's (see
 // tbScript), remaining in place of remNs; the cancel token is the booked
-// instant. A value the script could not have written (a window start off
-// the epoch's boundaries or further ahead than a booking goes, a count
-// above L) is
-// corrupt: the key starts afresh.
+// instant. A value the script could not have written (a window start
+// further ahead than a booking goes, a count above 2^40) is corrupt: the
+// key starts afresh. A window start off the epoch's boundaries and a
+// count above L are what a change of the rate leaves (see SetRate).
 var fwScript = script{name: "fw", defs: `
 local W, L, hz, st, c, v
 local F10FW = F10 .. '(%d+)$'
@@ -81,7 +108,7 @@ local function put(s, k)
 end
 local function remaining(s, k)
   if s > 0 then return 0 end
-  return L - k
+  return math.max(L - k, 0) -- none over a limit lowered since
 end
 local function reset(s, k)
   if k == 0 then return math.max(s, 0) end
@@ -101,17 +128,39 @@ if v then
     a, b = string.match(v, '^(%-?%d+) (%d+)$')
     if a then st, c = rel(a), tonumber(b) end
   end
-  if not a or c > L or st > hz + SKEW or (-st < W and (st - align()) % W ~= 0) then
+  if not a or c > MAXL or st > hz + SKEW then
     corrupt, st, c = true, nil, nil
   end
 end
 local status = 0
 if corrupt then status, v = 2, true end
 
+-- A settlement of the booking at ARGV[5] (see limiter.settle): 'g'
+-- gives a surplus of n events back, at any time, if the key's window is
+-- still the one the booking was counted in; 'd' counts a debt of n events
+-- in the key's window as it stands (the window of now if it has passed),
+-- carried into the windows after it beyond L. Either then replies as a
+-- peek.
+if op == 'g' then
+  local act = rel(ARGV[5])
+  if v and not corrupt and st <= act and act < st + W and (st - align()) % W == 0 then
+    c = c - math.min(n, c)
+    put(st, c)
+  end
+  n = 0
+elseif op == 'd' then
+  if not st or -st >= W then st, c = align(), 0 end
+  st, c = carry(st, c, n)
+  put(st, c)
+  corrupt, v = false, true
+  n = 0
+end
+
 if op == 'u' then
   if corrupt then redis.call('DEL', key); return 2 end
   local act = rel(ARGV[5])
-  if v and act >= 0 and st <= act and act < st + W then
+  -- The booking's window, aligned to the epoch, is still the key's.
+  if v and act >= 0 and st <= act and act < st + W and (st - align()) % W == 0 then
     put(st, c - math.min(n, c))
     return 1
   end

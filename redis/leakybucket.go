@@ -29,7 +29,10 @@ type LeakyBucket struct {
 	limiter
 }
 
-var _ ratelimit.Limiter = (*LeakyBucket)(nil)
+var (
+	_ ratelimit.Limiter = (*LeakyBucket)(nil)
+	_ ratelimit.Taker   = (*LeakyBucket)(nil)
+)
 
 // lbAlgo has the token bucket's parameters, checked by the same code.
 type lbAlgo struct {
@@ -47,13 +50,43 @@ func NewLeakyBucket(client Client, rate ratelimit.Rate, capacity int, opts ...Op
 	if err != nil {
 		return nil, err
 	}
-	l, err := newLimiter(client, lbScript, []string{":lb"}, capacity, &lbAlgo{*tb}, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
+	tb.name(newNonce(), 0)
+	l, err := newLimiter(client, lbScript, []string{":lb"}, &lbAlgo{*tb}, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
 		return ratelimit.NewLeakyBucket(rate, capacity, o...)
 	})
 	if err != nil {
 		return nil, err
 	}
 	return &LeakyBucket{l}, nil
+}
+
+// SetRate changes the drain rate and the queue's capacity for every key,
+// from each key's next decision on, as ratelimit.LeakyBucket.SetRate does
+// (each key keeps its queue, its end rounded up to a whole nanosecond),
+// and with the same errors as NewLeakyBucket, leaving the limiter
+// unchanged on error. A call reads the parameters once: it decides under
+// either the old ones or the new ones.
+//
+// The change is this limiter's, not Redis's: every instance sharing the
+// keys must make it (see the package doc, Changing the rate). A queue
+// written under other parameters, this limiter's earlier ones or another
+// instance's, is read the same way: its end, rounded up, with the places
+// it holds counted against this limiter's capacity. A Cancel of a booking
+// made before the change gives nothing back. Under FailLocal the local
+// limiter changes too.
+func (lb *LeakyBucket) SetRate(rate ratelimit.Rate, capacity int) error {
+	return lb.setRate(func(old algorithm, now time.Time) (algorithm, error) {
+		a, err := newTBAlgo(rate, capacity)
+		if err != nil {
+			return nil, err
+		}
+		a.succeed(&old.(*lbAlgo).tbAlgo, now, 0)
+		return &lbAlgo{*a}, nil
+	}, func(l ratelimit.Limiter) error {
+		return l.(interface {
+			SetRate(ratelimit.Rate, int) error
+		}).SetRate(rate, capacity)
+	})
 }
 
 // decision reads {ok, allowed, freeNs, freeFr, ...}: free is the span of
@@ -74,20 +107,37 @@ func (a *lbAlgo) decision(r *reply, _ int64) ratelimit.Decision {
 // TAT): Cancel gives back only the tail of the queue, not yet started.
 var lbScript = script{name: "lb", defs: luaFraction, body: luaFractionBegin + `
 -- The end of the queue; a missing key is an empty queue (end = now).
-local corrupt
-tn, tf, corrupt = get_instant()
+local corrupt, kind
+tn, tf, corrupt, kind = get_instant()
+-- A queue written under other parameters keeps its end, rounded up to a
+-- whole nanosecond (its fraction is in another rate's units).
+if kind then tn, tf = ceil(tn, tf), 0 end
 local en, ef = tn, tf
 local status = 0
 if corrupt then status = 2 end
 
 if op == 'u' then
   if corrupt then redis.call('DEL', key); return 2 end
-  -- Started (the events have acted), or not the tail: its slots stay,
-  -- empty.
-  if not held or not cancellable() then return 0 end
+  -- Started (the events have acted), not the tail, or written under
+  -- other parameters: its slots stay, empty.
+  if not held or kind or not cancellable() then return 0 end
   put(sub(en, ef, nivn, nivf))
   return 1
 end
+
+-- A settlement (see tbScript): 'g' gives a surplus of n places back if
+-- the booking is still the tail of the queue, at any time; 'd' books a
+-- debt of n places at the end of the queue as it stands (even drained).
+-- Either then replies as a peek.
+if op == 'g' and held and not corrupt and not kind and latest() then
+  en, ef = sub(en, ef, nivn, nivf)
+  put(en, ef)
+elseif op == 'd' then
+  en, ef = debt(en, ef)
+  put(en, ef)
+  corrupt = false -- replaced
+end
+if op == 'g' or op == 'd' then n = 0 end
 
 if en < 0 then en, ef = 0, 0 end -- the booking's first slot: max(end, now)
 local delay = ceil(en, ef)

@@ -103,7 +103,7 @@ func TestFunctionsAndFallback(t *testing.T) {
 		t.Cleanup(func() { client.Close() })
 		mc := ratelimit.NewManualClock(start)
 		core, rds := pairFor(t, c, mc, client)
-		runTrace(t, c, mc, core, rds, 5, 60)
+		runTrace(t, c, mc, core, rds, 5, 100)
 		if !rds.(*TokenBucket).fns.none.Load() {
 			t.Error("the limiter did not fall back from Functions refused by an ACL")
 		}

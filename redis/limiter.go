@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,21 +45,48 @@ type algorithm interface {
 	span() int64
 	// period is how long an empty allowance takes to refill, in ns.
 	period() int64
+	// max is the most events one call may ask for.
+	max() int
+	// debt bounds a debt of e events to what the script computes with
+	// exactly: no less than what reaches its cap (see limiter.settle).
+	debt(e int) int
+}
+
+// restater is implemented by an algorithm whose script may answer that a
+// key's state was written by this limiter under earlier parameters whose
+// history it needs (the token bucket): restate re-expresses the state's
+// value v in the algorithm's parameters at the server's instant now, sent
+// is the limiter's clock reading the call was made at (the change instants
+// are placed on the server's clock by their age on the local one). It
+// returns the replacement value, as the script reads it.
+type restater interface {
+	restate(v string, now int64, sent time.Time) (string, error)
+}
+
+// setting is a limiter's parameters, swapped whole by SetRate: a call
+// loads it once and uses it throughout.
+type setting struct {
+	alg algorithm
+	// An override's rate and capacity (see SetOverride), as given.
+	rate     ratelimit.Rate
+	capacity int
 }
 
 // reply is what every script's step returns:
 // {status, allowed, a, b, retryAfter, resetAfter[, token]}.
 // status is 1 if the step booked, plus 2 if the key held a corrupt value
-// (replaced); a and b are algorithm-specific (what Remaining is computed
+// (replaced), or 4 alone if the key's state was written by this limiter
+// under earlier parameters and the script needs it re-expressed (a and b
+// are then the server's time in s and ns, token the state's value); a and b are algorithm-specific (what Remaining is computed
 // from); the durations are in ns, and retryAfter is also the delay of a
 // booking; token, for bookings only,
 // is what Cancel sends back (the booked instant, and for the token bucket
 // the TAT the booking left).
 type reply struct {
-	ok, allowed, corrupt bool
-	a, b                 int64
-	retry, reset         int64
-	token                string
+	ok, allowed, corrupt, stale bool
+	a, b                        int64
+	retry, reset                int64
+	token                       string
 }
 
 func parseReply(v any) (reply, error) {
@@ -74,7 +102,7 @@ func parseReply(v any) (reply, error) {
 		}
 		ns[i] = x
 	}
-	r := reply{ok: ns[0]&1 == 1, corrupt: ns[0]&2 != 0, allowed: ns[1] == 1, a: ns[2], b: ns[3],
+	r := reply{ok: ns[0]&1 == 1, corrupt: ns[0]&2 != 0, stale: ns[0]&4 != 0, allowed: ns[1] == 1, a: ns[2], b: ns[3],
 		retry: ns[4], reset: ns[5]}
 	if len(vs) == 7 {
 		if r.token, ok = vs[6].(string); !ok {
@@ -122,8 +150,7 @@ func newCaller(client Client, s script, suffix []string, cfg config) (caller, er
 // ratelimit.Limiter over one script.
 type limiter struct {
 	caller
-	alg   algorithm
-	limit int
+	cur   *atomic.Pointer[setting]
 	local ratelimit.Limiter // FailLocal only
 	deny  *denyCache        // nil: off
 	// recover is, under FailLocal, the local clock's Unix ns until which
@@ -131,19 +158,55 @@ type limiter struct {
 	// last failure, as Redis may have come back without the state (a
 	// restart, a failover to a replica that lagged).
 	recover *atomic.Int64
-	// resets counts the Resets this limiter made, twice each: odd while
-	// one is under way. A Cancel gives back only a booking made with no
-	// Reset under way or since, as the in-memory limiters do.
-	resets *atomic.Uint64
+	// epoch counts the rate changes this limiter made, twice each: odd
+	// while one is under way; resets counts its Resets the same way, in
+	// one of resetSlots counters chosen by a hash of the key. A Cancel or
+	// Settle gives back only a booking made with neither a change nor a
+	// Reset of its key's slot under way or since, as the in-memory
+	// limiters do (which track Resets per key: a Reset of another key in
+	// the same slot also stops a give-back here, erring on the safe side).
+	epoch  *atomic.Uint64
+	resets *[resetSlots]atomic.Uint64
+	mu     *sync.Mutex // serialises rate changes and overrides
+	ov     *overrides
 }
 
-func newLimiter(client Client, src script, suffix []string, limit int, alg algorithm, cfg config,
+// resetSlots is how many counters of Resets a limiter keeps (8 bytes each).
+const resetSlots = 1024
+
+// stamp is what a booking records of the limiter's changes and of its
+// key's Resets, read before it is sent.
+type stamp struct{ epoch, resets uint64 }
+
+// slot returns the counter of Resets of key.
+func (l *limiter) slot(key string) *atomic.Uint64 {
+	h := uint32(2166136261) // FNV-1a
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint32(key[i])) * 16777619
+	}
+	return &l.resets[h%resetSlots]
+}
+
+// stampOf reads the stamp of a booking on key about to be made.
+func (l *limiter) stampOf(key string) stamp {
+	return stamp{l.epoch.Load(), l.slot(key).Load()}
+}
+
+// current reports whether nothing that voids a booking stamped st has
+// happened since, nor was under way then.
+func (l *limiter) current(key string, st stamp) bool {
+	return st.epoch&1 == 0 && st.resets&1 == 0 && l.epoch.Load() == st.epoch && l.slot(key).Load() == st.resets
+}
+
+func newLimiter(client Client, src script, suffix []string, alg algorithm, cfg config,
 	newLocal func(opts ...ratelimit.Option) (ratelimit.Limiter, error)) (limiter, error) {
 	c, err := newCaller(client, src, suffix, cfg)
 	if err != nil {
 		return limiter{}, err
 	}
-	l := limiter{caller: c, alg: alg, limit: limit, recover: new(atomic.Int64), resets: new(atomic.Uint64)}
+	l := limiter{caller: c, cur: new(atomic.Pointer[setting]), recover: new(atomic.Int64),
+		epoch: new(atomic.Uint64), resets: new([resetSlots]atomic.Uint64), mu: new(sync.Mutex), ov: new(overrides)}
+	l.cur.Store(&setting{alg: alg})
 	if cfg.policy == FailLocal {
 		opts := append(cfg.localOpts[:len(cfg.localOpts):len(cfg.localOpts)], ratelimit.WithClock(cfg.clock))
 		local, err := newLocal(opts...)
@@ -189,13 +252,14 @@ func honoursContext(c Client) bool {
 	return false
 }
 
-// Limit returns the most events the limiter allows a key at once.
-func (l *limiter) Limit() int { return l.limit }
+// Limit returns the most events the limiter allows a key at once, under
+// its parameters now.
+func (l *limiter) Limit() int { return l.cur.Load().alg.max() }
 
 // Window returns how long a key's allowance takes to come back from empty
 // to full if nothing more is consumed, as the in-memory limiter of the
 // same kind says (httplimit's RateLimit-Policy w).
-func (l *limiter) Window() time.Duration { return time.Duration(l.alg.period()) }
+func (l *limiter) Window() time.Duration { return time.Duration(l.cur.Load().alg.period()) }
 
 // Allow reports whether one event for key may happen now, and records it
 // if so. When Redis fails it returns the failure policy's answer (false
@@ -214,7 +278,8 @@ func (l *limiter) Allow(key string) bool {
 // FailClosed with an error matching ErrUnavailable, so that a caller (such
 // as httplimit's middleware) can tell an outage from a denial.
 func (l *limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
-	if err := l.validN(n); err != nil {
+	p := l.params(key)
+	if err := validN(p, n); err != nil {
 		return ratelimit.Decision{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -240,7 +305,7 @@ func (l *limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Deci
 		}
 		held = res
 	}
-	r, _, err := l.step(ctx, key, n, 0, "s")
+	r, _, err := l.step(ctx, p, key, n, 0, "s")
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			if held != nil {
@@ -251,7 +316,7 @@ func (l *limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Deci
 		l.fail(key, err)
 		switch l.cfg.policy {
 		case FailOpen:
-			return ratelimit.Decision{Allowed: true, Limit: l.limit, Remaining: l.limit - n}, nil
+			return ratelimit.Decision{Allowed: true, Limit: p.alg.max(), Remaining: p.alg.max() - n}, nil
 		case FailClosed:
 			return ratelimit.Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
@@ -260,7 +325,7 @@ func (l *limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Deci
 		}
 		return l.local.AllowN(ctx, key, n)
 	}
-	d := l.alg.decision(&r, int64(n))
+	d := p.alg.decision(&r, int64(n))
 	switch {
 	case held != nil && !r.ok:
 		held.Cancel()
@@ -302,14 +367,15 @@ func (l *limiter) mirror(key string, n int) *ratelimit.Reservation {
 // delay, under FailClosed an error matching ErrUnavailable, under
 // FailLocal the local limiter's.
 func (l *limiter) Reserve(ctx context.Context, key string, n int) (*ratelimit.Reservation, error) {
-	if err := l.validN(n); err != nil {
+	st := l.stampOf(key)
+	p := l.params(key)
+	if err := validN(p, n); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	epoch := l.resets.Load()
-	r, local, err := l.step(ctx, key, n, -1, "r")
+	r, local, err := l.step(ctx, p, key, n, -1, "r")
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, cerr
@@ -317,14 +383,13 @@ func (l *limiter) Reserve(ctx context.Context, key string, n int) (*ratelimit.Re
 		l.fail(key, err)
 		switch l.cfg.policy {
 		case FailOpen:
-			d := ratelimit.Decision{Allowed: true, Limit: l.limit, Remaining: l.limit - n}
-			return ratelimit.NewReservation(l.cfg.clock, true, d, l.cfg.clock.Now(), nil), nil
+			return l.openReservation(p, n), nil
 		case FailClosed:
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		return l.local.Reserve(ctx, key, n)
 	}
-	return l.reservation(key, n, &r, local, epoch), nil
+	return l.reservation(p, key, n, &r, local, st, nil), nil
 }
 
 // Wait is shorthand for WaitN(ctx, key, 1).
@@ -343,7 +408,9 @@ func (l *limiter) Wait(ctx context.Context, key string) error { return l.WaitN(c
 // FailOpen returns nil at once, FailClosed an error matching
 // ErrUnavailable, FailLocal waits on the local limiter.
 func (l *limiter) WaitN(ctx context.Context, key string, n int) error {
-	if err := l.validN(n); err != nil {
+	st := l.stampOf(key)
+	p := l.params(key)
+	if err := validN(p, n); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -357,8 +424,7 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int) error {
 		// A deadline is an instant of real time, whatever our clock.
 		maxWait = max(int64(time.Until(dl)), 0)
 	}
-	epoch := l.resets.Load()
-	r, local, err := l.step(ctx, key, n, maxWait, "r")
+	r, local, err := l.step(ctx, p, key, n, maxWait, "r")
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return cerr
@@ -372,7 +438,7 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int) error {
 		}
 		return l.local.WaitN(ctx, key, n)
 	}
-	res := l.reservation(key, n, &r, local, epoch)
+	res := l.reservation(p, key, n, &r, local, st, nil)
 	if !res.OK() {
 		// The deadline caused the refusal only if the events could not
 		// conform within it (not, say, a full leaky-bucket queue that
@@ -401,13 +467,15 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int) error {
 // FailLocal it also resets the key in the local limiter (whatever Redis
 // answers), and with a deny cache it forgets the key's cached denial.
 //
-// A Cancel of a booking this limiter made before a Reset of any key (or
-// while one was under way) gives nothing back, as in memory. A booking
-// made by another instance is checked by Redis alone, which gives back
-// only the latest booking still held (see each type's Cancel rules): the
-// Reset deleted it, so nothing comes back unless a booking since left
-// exactly the state it left (the same instant, on the server's clock to
-// the microsecond).
+// A Cancel (or a Settle's surplus) of a booking this limiter made on key
+// before the Reset (or while it was under way) gives nothing back, as in
+// memory; bookings on other keys are untouched, but for the keys that
+// share key's counter of Resets (one in 1024, by a hash of the key), whose
+// bookings also give nothing back. A booking made by another instance is
+// checked by Redis alone, which gives back only the latest booking still
+// held (see each type's Cancel rules): the Reset deleted it, so nothing
+// comes back unless a booking since left exactly the state it left (the
+// same instant, on the server's clock to the microsecond).
 //
 // It returns ctx.Err() if ctx ends before Redis answers. When Redis fails
 // it returns an error matching ErrUnavailable under every policy, as the
@@ -417,8 +485,9 @@ func (l *limiter) Reset(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	l.resets.Add(1)
-	defer l.resets.Add(1)
+	slot := l.slot(key)
+	slot.Add(1)
+	defer slot.Add(1)
 	if l.local != nil {
 		if r, ok := l.local.(interface{ Reset(string) }); ok {
 			r.Reset(key)
@@ -439,65 +508,253 @@ func (l *limiter) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
+// setRate makes the parameters that next builds from the current ones
+// (at now, on the limiter's clock) the limiter's, or leaves them if next
+// fails; under FailLocal, local then makes the same change on the local
+// limiter (the Redis backend's bounds are the stricter: it cannot fail),
+// and a deny cache forgets its denials, made under the old parameters.
+// The epoch is odd while the change is under way: a booking that
+// overlaps it, or precedes it, is not given back by Cancel.
+func (l *limiter) setRate(next func(old algorithm, now time.Time) (algorithm, error), local func(ratelimit.Limiter) error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a, err := next(l.cur.Load().alg, l.cfg.clock.Now())
+	if err != nil {
+		return err
+	}
+	l.epoch.Add(1)
+	l.cur.Store(&setting{alg: a})
+	l.epoch.Add(1)
+	if l.local != nil {
+		if err := local(l.local); err != nil {
+			return err
+		}
+	}
+	if l.deny != nil {
+		l.deny.clear()
+	}
+	return nil
+}
+
 // reservation turns a step's reply into a Reservation. The time to act is
 // the booked instant: in production, the local time the reply arrived plus
 // the server's delay (never early, at most a round trip late); on a test's
-// clock, the instant the step was sent for plus the delay. epoch is the
-// count of resets read before the step was sent: a booking that a Reset
-// may have overlapped, or that a Reset followed, is not given back.
-func (l *limiter) reservation(key string, n int, r *reply, local int64, epoch uint64) *ratelimit.Reservation {
-	d := l.alg.decision(r, int64(n))
+// clock, the instant the step was sent for plus the delay. st is the stamp
+// read before the step was sent: a booking that a Reset of its key or a
+// SetRate may have overlapped, or that one followed, is not given back by
+// Cancel, nor its surplus by Settle. held is the FailLocal limiter's
+// booking of the same events, if the caller made it already; otherwise
+// the booking is mirrored there now.
+func (l *limiter) reservation(p *setting, key string, n int, r *reply, local int64, st stamp, held *ratelimit.Reservation) *ratelimit.Reservation {
+	d := p.alg.decision(r, int64(n))
 	var act time.Time
 	if l.cfg.clockTime {
 		act = time.Unix(0, local+r.retry)
 	} else {
 		act = l.cfg.clock.Now().Add(time.Duration(r.retry))
 	}
+	if !r.ok {
+		return ratelimit.NewReservation(l.cfg.clock, false, d, act, nil)
+	}
+	token := r.token
+	mirrored := held
+	if mirrored == nil && l.local != nil && n > 0 {
+		mirrored = l.mirror(key, n)
+	}
+	void := !l.current(key, st) // a Reset or change overlapped the step: never given back
 	var cancel func(time.Time)
-	if r.ok && n > 0 {
-		token := r.token
-		var mirrored *ratelimit.Reservation
-		if l.local != nil {
-			mirrored = l.mirror(key, n)
-		}
-		if epoch&1 != 0 || l.resets.Load() != epoch {
-			epoch = 1 // a Reset overlapped the step: never given back
-		}
+	if n > 0 {
 		cancel = func(at time.Time) {
-			if l.resets.Load() == epoch {
-				l.unstep(key, n, token, at)
+			if !void && l.current(key, st) {
+				l.unstep(p, key, n, token, at)
 			}
 			if mirrored != nil {
 				mirrored.Cancel()
 			}
 		}
 	}
-	return ratelimit.NewReservation(l.cfg.clock, r.ok, d, act, cancel)
+	res := ratelimit.NewReservation(l.cfg.clock, true, d, act, cancel)
+	return res.SetSettle(func(at time.Time, actual int) (ratelimit.Decision, error) {
+		return l.settle(key, n, actual, token, !void && l.current(key, st), mirrored, at)
+	})
+}
+
+// settle settles n events booked with the cancel token at actual, at at
+// (on the server's clock, or at itself in tests), in one round trip (two
+// if the key's state must first be re-expressed, see step), with the
+// in-memory rules: a surplus comes back only if same (no change of the
+// parameters and no Reset of the key since the booking) and by the
+// algorithm's give-back rule; an excess is booked as debt in the
+// parameters now in force. The Decision is the key's after it, as a peek
+// sees it, with Allowed true and no RetryAfter. Under FailLocal the local
+// booking is settled too, and answers if Redis fails; under FailOpen
+// a failure answers as for a key without history; under FailClosed it is
+// an error matching ErrUnavailable.
+func (l *limiter) settle(key string, n, actual int, token string, same bool, mirrored *ratelimit.Reservation, at time.Time) (ratelimit.Decision, error) {
+	var ld ratelimit.Decision
+	var lerr error = errNoLocal
+	if mirrored != nil {
+		ld, lerr = mirrored.Settle(actual)
+	}
+	p := l.params(key)
+	op, d := "s", 0
+	switch {
+	case actual < n && same:
+		op, d = "g", n-actual
+	case actual > n:
+		op, d = "d", p.alg.debt(actual-n)
+	}
+	if op == "s" {
+		token = "0" // a peek: a maximum wait of none
+	}
+	r, _, err := l.call(context.Background(), p, key, op, d, token, at)
+	if err != nil {
+		l.fail(key, err)
+		switch {
+		case l.cfg.policy == FailOpen:
+			return ratelimit.Decision{Allowed: true, Limit: p.alg.max(), Remaining: p.alg.max()}, nil
+		case l.cfg.policy == FailLocal && lerr == nil:
+			return ld, nil
+		}
+		return ratelimit.Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	dec := p.alg.decision(&r, 0)
+	dec.Allowed, dec.RetryAfter = true, 0
+	return dec, nil
+}
+
+var errNoLocal = errors.New("no local booking")
+
+// openReservation is FailOpen's booking of n events: OK at once, as for a
+// key without history, and settled as one (nothing is recorded).
+func (l *limiter) openReservation(p *setting, n int) *ratelimit.Reservation {
+	limit := p.alg.max()
+	d := ratelimit.Decision{Allowed: true, Limit: limit, Remaining: limit - n}
+	res := ratelimit.NewReservation(l.cfg.clock, true, d, l.cfg.clock.Now(), nil)
+	return res.SetSettle(func(time.Time, int) (ratelimit.Decision, error) {
+		return ratelimit.Decision{Allowed: true, Limit: limit, Remaining: limit}, nil
+	})
+}
+
+// Take decides n events for key like AllowN, in one round trip, and hands
+// back the booking, so that its cost can be settled later
+// (ratelimit.Taker): the Reservation is OK iff the n events were allowed
+// now and booked. n == 0 is a peek (not OK). Its errors are AllowN's, and
+// so are its answers when Redis fails (under FailLocal, the local
+// limiter's Take). A deny cache is not consulted: a Take always asks
+// Redis.
+func (l *limiter) Take(ctx context.Context, key string, n int) (*ratelimit.Reservation, error) {
+	st := l.stampOf(key)
+	p := l.params(key)
+	if err := validN(p, n); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		d, err := l.AllowN(ctx, key, 0)
+		if err != nil {
+			return nil, err
+		}
+		return ratelimit.NewReservation(l.cfg.clock, false, d, l.cfg.clock.Now(), nil), nil
+	}
+	// Just after a failure, the local limiter must allow too.
+	var held *ratelimit.Reservation
+	if l.local != nil && l.cfg.clock.Now().UnixNano() < l.recover.Load() {
+		res, err := l.local.(ratelimit.Taker).Take(ctx, key, n)
+		if err != nil || !res.OK() {
+			return res, err
+		}
+		held = res
+	}
+	r, local, err := l.step(ctx, p, key, n, 0, "r")
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			if held != nil {
+				held.Cancel()
+			}
+			return nil, cerr
+		}
+		l.fail(key, err)
+		switch l.cfg.policy {
+		case FailOpen:
+			return l.openReservation(p, n), nil
+		case FailClosed:
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		if held != nil {
+			return held, nil
+		}
+		return l.local.(ratelimit.Taker).Take(ctx, key, n)
+	}
+	if !r.ok {
+		if held != nil {
+			held.Cancel()
+		}
+		return ratelimit.NewReservation(l.cfg.clock, false, p.alg.decision(&r, int64(n)), l.cfg.clock.Now(), nil), nil
+	}
+	return l.reservation(p, key, n, &r, local, st, held), nil
 }
 
 // step runs the script's step (op "s", or "r" for a booking that may be
 // cancelled) for n events that must conform within maxWait ns (-1: within
 // the horizon). It returns the reply and the limiter's clock reading sent.
-func (l *limiter) step(ctx context.Context, key string, n int, maxWait int64, op string) (reply, int64, error) {
-	local := l.cfg.clock.Now().UnixNano()
+func (l *limiter) step(ctx context.Context, p *setting, key string, n int, maxWait int64, op string) (reply, int64, error) {
+	arg := boxedZero
+	if maxWait < 0 {
+		arg = boxedMinus1
+	} else if maxWait > 0 {
+		arg = maxWait
+	}
+	return l.call(ctx, p, key, op, n, arg, l.cfg.clock.Now())
+}
+
+// call runs the script's operation op for n with ARGV[5] arg, sent at
+// sent on the limiter's clock, re-expressing the key's state first if the
+// script asks (a token bucket's state written under earlier parameters).
+// It returns the reply and sent in Unix ns.
+func (l *limiter) call(ctx context.Context, p *setting, key, op string, n int, arg any, sent time.Time) (reply, int64, error) {
+	local := sent.UnixNano()
 	var args [12]any
 	dst := args[:5]
-	dst[0], dst[1], dst[2], dst[3], dst[4] = op, "", l.pad, n, boxedZero
-	if maxWait < 0 {
-		dst[4] = boxedMinus1
-	} else if maxWait > 0 {
-		dst[4] = maxWait
-	}
+	dst[0], dst[1], dst[2], dst[3], dst[4] = op, "", l.pad, n, arg
 	if l.cfg.clockTime {
 		dst[1] = strconv.FormatInt(local, 10)
 	}
-	v, err := l.eval(ctx, key, l.alg.args(dst, int64(n), local))
+	dst = p.alg.args(dst, int64(n), local)
+	v, err := l.eval(ctx, key, dst)
 	if err != nil {
 		return reply{}, local, err
 	}
 	r, err := parseReply(v)
 	if err != nil {
 		return r, local, err
+	}
+	// The key's state was written under this limiter's earlier
+	// parameters: re-express it (see restater) and decide again, on
+	// condition that the state is still the one re-expressed. Should other
+	// calls keep rewriting it meanwhile (racing rate changes), the third
+	// try asks the script to read it as another instance's state instead,
+	// which needs no history.
+	for try := 0; r.stale; try++ {
+		rs, ok := p.alg.(restater)
+		if !ok || try == 3 {
+			return r, local, errors.New("the key's state was written under other parameters and could not be re-expressed")
+		}
+		cond, rep := "*", ""
+		if try < 2 {
+			if rep, err = rs.restate(r.token, r.a*1e9+r.b, sent); err != nil {
+				return r, local, err
+			}
+			cond = r.token
+		}
+		if v, err = l.eval(ctx, key, append(dst, cond, rep)); err != nil {
+			return reply{}, local, err
+		}
+		if r, err = parseReply(v); err != nil {
+			return r, local, err
+		}
 	}
 	if r.corrupt {
 		l.corrupted(key)
@@ -508,12 +765,12 @@ func (l *limiter) step(ctx context.Context, key string, n int, maxWait int64, op
 // unstep gives back n events booked with the cancel token, if at (on the
 // server's clock, or at itself in tests) has not passed the booked
 // instant.
-func (l *limiter) unstep(key string, n int, token string, at time.Time) {
+func (l *limiter) unstep(p *setting, key string, n int, token string, at time.Time) {
 	args := []any{"u", "", l.pad, n, token}
 	if l.cfg.clockTime {
 		args[1] = strconv.FormatInt(at.UnixNano(), 10)
 	}
-	v, err := l.eval(context.Background(), key, l.alg.args(args, int64(n), at.UnixNano()))
+	v, err := l.eval(context.Background(), key, p.alg.args(args, int64(n), at.UnixNano()))
 	if err != nil {
 		l.fail(key, err)
 		return
@@ -581,7 +838,7 @@ func (l *caller) corrupted(key string) {
 // starts or extends the recovery span.
 func (l *limiter) fail(key string, err error) {
 	if l.local != nil {
-		until := l.cfg.clock.Now().UnixNano() + l.alg.span()
+		until := l.cfg.clock.Now().UnixNano() + l.cur.Load().alg.span()
 		for {
 			old := l.recover.Load()
 			if old >= until || l.recover.CompareAndSwap(old, until) {
@@ -599,12 +856,12 @@ func (l *caller) fail(key string, err error) {
 	}
 }
 
-func (l *limiter) validN(n int) error {
+func validN(p *setting, n int) error {
 	if n < 0 {
 		return fmt.Errorf("%w: %d", ratelimit.ErrNegativeN, n)
 	}
-	if n > l.limit {
-		return fmt.Errorf("%w: %d > %d", ratelimit.ErrExceedsLimit, n, l.limit)
+	if limit := p.alg.max(); n > limit {
+		return fmt.Errorf("%w: %d > %d", ratelimit.ErrExceedsLimit, n, limit)
 	}
 	return nil
 }

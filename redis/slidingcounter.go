@@ -1,6 +1,8 @@
 package redis
 
 import (
+	"time"
+
 	"github.com/ratelimitkit/ratelimit"
 )
 
@@ -31,7 +33,10 @@ type SlidingWindowCounter struct {
 	limiter
 }
 
-var _ ratelimit.Limiter = (*SlidingWindowCounter)(nil)
+var (
+	_ ratelimit.Limiter = (*SlidingWindowCounter)(nil)
+	_ ratelimit.Taker   = (*SlidingWindowCounter)(nil)
+)
 
 // NewSlidingWindowCounter returns a sliding window counter on Redis of
 // rate.N events per sliding window of rate.Period, per key. It returns an
@@ -47,13 +52,35 @@ func NewSlidingWindowCounter(client Client, rate ratelimit.Rate, opts ...Option)
 		return nil, err
 	}
 	a := newWindowAlgo(rate.N, int64(rate.Period), int64(horizon), true)
-	l, err := newLimiter(client, swcScript, []string{":swc"}, int(rate.N), a, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
+	l, err := newLimiter(client, swcScript, []string{":swc"}, a, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
 		return ratelimit.NewSlidingWindowCounter(rate, o...)
 	})
 	if err != nil {
 		return nil, err
 	}
 	return &SlidingWindowCounter{l}, nil
+}
+
+// SetRate changes the limit and the window's length for every key, from
+// each key's next decision on, as ratelimit.SlidingWindowCounter.SetRate
+// does (each key keeps its window's start and both counts), and with the
+// same errors as NewSlidingWindowCounter, leaving the limiter unchanged on
+// error. A call reads the parameters once: it decides under either the old
+// ones or the new ones.
+//
+// The change is this limiter's, not Redis's: every instance sharing the
+// keys must make it (see the package doc, Changing the rate). Counts
+// written under other parameters, this limiter's earlier ones or another
+// instance's, are read as in memory, weighed against this limiter's limit
+// and length. A Cancel of a booking made before the change gives nothing
+// back. Under FailLocal the local limiter changes too.
+func (sc *SlidingWindowCounter) SetRate(rate ratelimit.Rate) error {
+	return sc.setRate(func(old algorithm, _ time.Time) (algorithm, error) {
+		if err := windowParams(rate); err != nil {
+			return nil, err
+		}
+		return old.(*windowAlgo).with(rate), nil
+	}, setLocalRate(rate))
 }
 
 // luaSWCMath defines the counter's quotients over W and L: earliest and
@@ -87,7 +114,9 @@ end
 // window start relative to now, so now lies e = -st into it. Its replies
 // are the fixed window's. A value the script could not have written (a
 // window start off the epoch's boundaries or further ahead than a booking
-// goes, counts above L) is corrupt: the key starts afresh.
+// goes, counts above 2^40) is corrupt: the key starts afresh. A window
+// start off the epoch's boundaries and counts above L are what a change of
+// the rate leaves (see SetRate).
 var swcScript = script{name: "swc", defs: luaSWCMath + `
 local hz, st, prev, cur, v
 local F10SWC = F10 .. '(%d+) (%d+)$'
@@ -120,18 +149,50 @@ if v then
     a, b, c = string.match(v, '^(%-?%d+) (%d+) (%d+)$')
     if a then st, prev, cur = rel(a), tonumber(b), tonumber(c) end
   end
-  if not a or prev > L or cur > L or st > hz + SKEW or
-      (-st < 2 * W and (st - align()) % W ~= 0) then
+  if not a or prev > MAXL or cur > MAXL or st > hz + SKEW then
     corrupt, st = true, nil
   end
 end
 local status = 0
 if corrupt then status, v = 2, true end
 
+-- A settlement of the booking at ARGV[5] (see limiter.settle): 'g'
+-- gives a surplus of n events back, at any time, from the count of the
+-- window the booking was counted in if the state still keeps it; 'd'
+-- counts a debt of n events in the key's window as it stands (as seen at
+-- now), carried into the windows after it beyond L (the one before the
+-- last then counting L). Either then replies as a peek.
+if op == 'g' then
+  local act = rel(ARGV[5])
+  if v and not corrupt and (st - align()) % W == 0 then
+    if st <= act and act < st + W then
+      cur = cur - math.min(n, cur)
+      put(st, prev, cur)
+    elseif st - W <= act and act < st then
+      prev = prev - math.min(n, prev)
+      put(st, prev, cur)
+    end
+  end
+  n = 0
+elseif op == 'd' then
+  if not st or -st >= 2 * W then
+    st, prev, cur = align(), 0, 0
+  elseif -st >= W then
+    st, prev, cur = st + W, cur, 0
+  end
+  local carried
+  st, cur, carried = carry(st, cur, n)
+  if carried then prev = L end
+  put(st, prev, cur)
+  corrupt, v = false, true
+  n = 0
+end
+
 if op == 'u' then
   if corrupt then redis.call('DEL', key); return 2 end
   local act = rel(ARGV[5])
-  if not v or act < 0 then return 0 end
+  -- Only from a window aligned to the epoch, as in memory.
+  if not v or act < 0 or (st - align()) % W ~= 0 then return 0 end
   if st <= act and act < st + W then
     put(st, prev, cur - math.min(n, cur))
     return 1

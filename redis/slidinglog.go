@@ -2,6 +2,7 @@ package redis
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/ratelimitkit/ratelimit"
 )
@@ -31,7 +32,10 @@ type SlidingLog struct {
 	limiter
 }
 
-var _ ratelimit.Limiter = (*SlidingLog)(nil)
+var (
+	_ ratelimit.Limiter = (*SlidingLog)(nil)
+	_ ratelimit.Taker   = (*SlidingLog)(nil)
+)
 
 // maxLogLimit is the in-memory SlidingLog's bound on L.
 const maxLogLimit = 1 << 20
@@ -42,18 +46,15 @@ const maxLogLimit = 1 << 20
 // the count exceeds 1,048,576 or the period 35 days, and
 // ratelimit.ErrInvalidOption for a nil client or a bad option.
 func NewSlidingLog(client Client, rate ratelimit.Rate, opts ...Option) (*SlidingLog, error) {
-	if err := windowParams(rate); err != nil {
+	if err := slidingLogParams(rate); err != nil {
 		return nil, err
-	}
-	if rate.N > maxLogLimit {
-		return nil, fmt.Errorf("%w: a sliding log of %d events per key; the limit is %d (use SlidingWindowCounter)", ratelimit.ErrInvalidRate, rate.N, maxLogLimit)
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
 	a := newWindowAlgo(rate.N, int64(rate.Period), int64(horizon), false)
-	l, err := newLimiter(client, slScript, []string{":sl", ":slf"}, int(rate.N), a, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
+	l, err := newLimiter(client, slScript, []string{":sl", ":slf"}, a, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
 		return ratelimit.NewSlidingLog(rate, o...)
 	})
 	if err != nil {
@@ -62,15 +63,50 @@ func NewSlidingLog(client Client, rate ratelimit.Rate, opts ...Option) (*Sliding
 	return &SlidingLog{l}, nil
 }
 
+// SetRate changes the limit and the window's length for every key, from
+// each key's next decision on, as ratelimit.SlidingLog.SetRate does (each
+// key keeps the instants it has logged, counted against the new limit over
+// the new window), and with the same errors as NewSlidingLog, leaving the
+// limiter unchanged on error. A call reads the parameters once: it decides
+// under either the old ones or the new ones.
+//
+// The change is this limiter's, not Redis's: every instance sharing the
+// keys must make it (see the package doc, Changing the rate). A log
+// written under other parameters, this limiter's earlier ones or another
+// instance's, is read as in memory. A Cancel of a booking made before the
+// change gives nothing back. Under FailLocal the local limiter changes
+// too.
+func (sl *SlidingLog) SetRate(rate ratelimit.Rate) error {
+	return sl.setRate(func(old algorithm, _ time.Time) (algorithm, error) {
+		if err := slidingLogParams(rate); err != nil {
+			return nil, err
+		}
+		return old.(*windowAlgo).with(rate), nil
+	}, setLocalRate(rate))
+}
+
+// slidingLogParams checks a rate for the sliding log on Redis.
+func slidingLogParams(rate ratelimit.Rate) error {
+	if err := windowParams(rate); err != nil {
+		return err
+	}
+	if rate.N > maxLogLimit {
+		return fmt.Errorf("%w: a sliding log of %d events per key; the limit is %d (use SlidingWindowCounter)", ratelimit.ErrInvalidRate, rate.N, maxLogLimit)
+	}
+	return nil
+}
+
 // slScript mirrors the core's slParams.admit and unstep. KEYS[1] is the log,
 // KEYS[2] the floor; instants are relative to now. Its replies are the
 // fixed window's; the cancel token is the booked instant. A log or floor
-// the script could not have written (of another type, more than L
+// the script could not have written (of another type, more than 2^20
 // entries, its newest entry or the floor further ahead than a booking
-// goes) is corrupt: the key starts afresh.
+// goes) is corrupt: the key starts afresh. More than L entries are what a
+// lower limit leaves (see SetRate).
 var slScript = script{name: "sl", defs: `
 local W, L, hz, fkey, N, floor, floor0, newest, head, hoff
 local NONE = -2 * FAR -- no floor yet
+local MAXLOG, MAXW = 1048576, 35 * 86400 * E9 -- the most L and W may be
 local HEAD = 16 -- entries read at once from the start of the log
 -- at returns the log's i-th instant (0 the oldest), from the entries read
 -- at the start of the call where it can.
@@ -90,7 +126,7 @@ local function after(t)
 end
 local function remaining(from)
   if from > 0 then return 0 end
-  return L - (N - after(-W))
+  return math.max(L - (N - after(-W)), 0) -- none over a limit lowered since
 end
 local function reset()
   local t = floor
@@ -105,6 +141,7 @@ local function store()
   local r = reset()
   if r == 0 then
     redis.call('DEL', key, fkey)
+    N, head, hoff, newest = 0, {}, 0, NONE -- as empty: nothing left counts
     return
   end
   if N > 0 then expire(key, r) end
@@ -132,7 +169,7 @@ local function load()
   end
   N = #head
   if N == HEAD then N = redis.call('LLEN', key) end
-  if N > L then return false end
+  if N > MAXLOG then return false end
   newest = NONE
   if N > 0 then
     if N <= HEAD then
@@ -150,7 +187,7 @@ local function load()
   if fv then
     if not string.match(fv, '^%-?%d+$') then return false end
     floor = rel(fv)
-    if floor > hz + W + SKEW then return false end
+    if floor > hz + MAXW + SKEW then return false end
   end
   floor0 = floor
   return true
@@ -166,6 +203,61 @@ end
 local status = 0
 if corrupt then status = 2 end
 
+-- A settlement of the booking at ARGV[5] (see limiter.settle): 'g'
+-- removes up to n of its instants from the log, at any time; 'd' logs n
+-- more instants at its time to act, in order, keeping the newest L (those
+-- dropped raise the floor, as for a booking). Either then replies as a
+-- peek.
+if op == 'g' then
+  if N > 0 then
+    local m = redis.call('LREM', key, -n, ARGV[5])
+    if m > 0 then
+      N, head, hoff = N - m, {}, 0
+      newest = NONE
+      if N > 0 then newest = at(N - 1) end
+      store()
+    end
+  end
+  n = 0
+elseif op == 'd' then
+  local t = rel(ARGV[5])
+  local m = math.min(n, L)
+  if n > L then floor = math.max(floor, t + W) end
+  local i = after(t) -- the new instants go before the first later than t
+  local over = N + m - L
+  if over > 0 then
+    local d = math.min(over, i)
+    drop(d)
+    i = i - d
+    if over - d > 0 then -- the oldest of the merged log are copies of t
+      m = m - (over - d)
+      floor = math.max(floor, t + W)
+    end
+  end
+  if m > 0 then
+    local later = {}
+    if i < N then
+      later = redis.call('LRANGE', key, i, -1)
+      if i == 0 then redis.call('DEL', key) else redis.call('LTRIM', key, 0, i - 1) end
+    end
+    local vals = {}
+    for j = 1, math.min(m, 1000) do vals[j] = ARGV[5] end
+    local left = m
+    while left > 0 do
+      local k = math.min(left, 1000)
+      redis.call('RPUSH', key, unpack(vals, 1, k))
+      left = left - k
+    end
+    for j = 1, #later, 1000 do
+      redis.call('RPUSH', key, unpack(later, j, math.min(j + 999, #later)))
+    end
+    if i == N then newest = t end
+    N, head, hoff = N + m, {}, 0
+  end
+  store()
+  n = 0
+end
+
 if op == 'u' then
   if corrupt then return 2 end
   local act = rel(ARGV[5])
@@ -180,7 +272,10 @@ if op == 'u' then
 end
 
 local from = math.max(0, floor, newest)
-if n == 0 then return {status + 1, 1, remaining(from), 0, 0, reset()} end
+if n == 0 then
+  if op == 'r' then return {status + 1, 1, remaining(from), 0, 0, reset(), abs(0)} end
+  return {status + 1, 1, remaining(from), 0, 0, reset()}
+end
 local act = from
 local j = N - (L - n) - 1
 if j >= 0 then act = math.max(act, at(j) + W) end

@@ -39,7 +39,34 @@ func windowStart(t, w int64) int64 {
 // local clock's skew plus up to W), is exact, and so is d + ⌊-d/W⌋·W once
 // corrected by one W for the rounding of the division.
 const luaAlign = `
+local MAXL = 1099511627776 -- 2^40, the most L may be
 local aligned -- align()'s answer in this call; the body sets it to nil
+-- carry counts a debt of e events in the window s (relative to now)
+-- holding k: up to L there, and beyond, L in each window after it, the
+-- key's window becoming the last of them with what is left (1 to L), so
+-- that a debt never vanishes at a window boundary. The carry stops at hz
+-- ahead of now: a debt reaching further is forgiven. It returns the
+-- window, its count and whether the debt carried past s.
+local function carry(s, k, e)
+  local total = k + e
+  if total <= L then return s, total, false end
+  local q = math.floor((total - 1) / L) -- windows filled before the last
+  while q > 0 and q * L > total - 1 do q = q - 1 end
+  while (q + 1) * L <= total - 1 do q = q + 1 end
+  local room = hz - s
+  local mq = 0
+  if room > 0 then
+    mq = math.floor(room / W)
+    while mq > 0 and mq * W > room do mq = mq - 1 end
+    while (mq + 1) * W <= room do mq = mq + 1 end
+  end
+  if q > mq then
+    if mq == 0 then return s, L, false end
+    return s + mq * W, L, true
+  end
+  if q == 0 then return s, L, false end
+  return s + q * W, total - q * L, true
+end
 local function align()
   if aligned then return aligned end
   local d = rel(ARGV[8])
@@ -69,6 +96,23 @@ func newWindowAlgo(limit, window, horizon int64, aligned bool) *windowAlgo {
 	a.boxed.window, a.boxed.limit, a.boxed.horizon = window, limit, horizon
 	return a
 }
+
+// with returns the parameters of rate, aligned as a's.
+func (a *windowAlgo) with(rate ratelimit.Rate) *windowAlgo {
+	return newWindowAlgo(rate.N, int64(rate.Period), a.horizon, a.aligned)
+}
+
+// setLocalRate makes a rate change on a FailLocal limiter of windows.
+func setLocalRate(rate ratelimit.Rate) func(ratelimit.Limiter) error {
+	return func(l ratelimit.Limiter) error {
+		return l.(interface{ SetRate(ratelimit.Rate) error }).SetRate(rate)
+	}
+}
+
+func (a *windowAlgo) max() int { return int(a.limit) }
+
+// debt bounds a debt to 2^52 events, which the scripts count exactly.
+func (a *windowAlgo) debt(e int) int { return min(e, 1<<52) }
 
 func (a *windowAlgo) args(dst []any, _, local int64) []any {
 	dst = append(dst, a.boxed.window, a.boxed.limit)

@@ -19,6 +19,9 @@ type Config struct {
 	Shards int
 	// MaxKeys caps the keys held; 0 means no cap.
 	MaxKeys int
+	// MaxKeyLen is the longest key told apart (rule 10); 0, or more than
+	// an arena holds, means as long as an arena holds. Tests set it low.
+	MaxKeyLen int
 }
 
 // Stats describes a store.
@@ -168,6 +171,10 @@ func New[S any](cfg Config, init func(s *S, key string, now int64) bool, atRest 
 		}
 		perShard = cfg.MaxKeys / nshards
 	}
+	keyLen := int(min(maxArena-binary.MaxVarintLen64, math.MaxInt))
+	if cfg.MaxKeyLen > 0 && cfg.MaxKeyLen < keyLen {
+		keyLen = cfg.MaxKeyLen
+	}
 	shards := make([]shard[S], nshards)
 	for i := range shards {
 		shards[i].scram = rand.Uint64()
@@ -180,11 +187,15 @@ func New[S any](cfg Config, init func(s *S, key string, now int64) bool, atRest 
 		perShardMax: perShard,
 		maxKeys:     cfg.MaxKeys,
 		arenaMax:    maxArena,
-		maxKeyLen:   int(min(maxArena-binary.MaxVarintLen64, math.MaxInt)),
+		maxKeyLen:   keyLen,
 		init:        init,
 		atRest:      atRest,
 	}
 }
+
+// MaxKeyLen is the longest key the store tells apart: a longer key is
+// known by its first MaxKeyLen bytes (rule 10).
+func (st *Store[S]) MaxKeyLen() int { return st.maxKeyLen }
 
 func (st *Store[S]) hash(key string) (sh *shard[S], tag uint64) {
 	h := maphash.String(st.seed, key)
