@@ -99,3 +99,41 @@ func ExampleClient() {
 	// held for 1s
 	// third, after the pause: OK
 }
+
+// A call charged an estimate when it comes in and settled at its actual
+// cost once it is done: here every health check is estimated at 10
+// events and settled at 1 by an interceptor inside the limit (a real
+// handler settles at the rows it read, the tokens it used). The header
+// metadata shows the charge at admission; the trailer, the state after
+// the settlement.
+func ExampleSettle() {
+	clock := ratelimit.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	lim, _ := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 20, ratelimit.WithClock(clock))
+	l := grpclimit.RateLimit(lim, grpclimit.WithCost(func(context.Context, string) int { return 10 }))
+	settle := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := handler(ctx, req)
+		if err == nil {
+			err = grpclimit.Settle(ctx, 1)
+		}
+		return resp, err
+	}
+
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(l.Unary, settle))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	go srv.Serve(ln)
+	defer srv.Stop()
+
+	conn, _ := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer conn.Close()
+	client := healthpb.NewHealthClient(conn)
+
+	for range 2 {
+		var header, trailer metadata.MD
+		_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{}, grpc.Header(&header), grpc.Trailer(&trailer))
+		fmt.Printf("%v header: %s trailer: %s\n", status.Code(err), header.Get("ratelimit")[0], trailer.Get("ratelimit")[0])
+	}
+	// Output:
+	// OK header: "default";r=10;t=1 trailer: "default";r=19;t=1
+	// OK header: "default";r=9;t=2 trailer: "default";r=18;t=1
+}

@@ -31,6 +31,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/httplimit"
+	"github.com/ratelimitkit/ratelimit/internal/charge"
 	"github.com/ratelimitkit/ratelimit/internal/field"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -96,6 +97,7 @@ type config struct {
 	busyCode  codes.Code                                                // ConcurrencyLimit: ResourceExhausted
 	busyFor   time.Duration                                             // ConcurrencyLimit: 1s
 	busyWait  bool                                                      // ConcurrencyLimit: TryAcquire
+	cost      func(ctx context.Context, fullMethod string) int          // RateLimit, RulesLimit: 1 a call
 	optErrors []string
 	uses      []optionUse
 }
@@ -162,11 +164,14 @@ func WithoutMetadata() Option {
 }
 
 // WithErrorHandler replaces the error returned for a call that could not
-// be decided: its key function failed (an error matching ErrNoKey) or the
-// limiter failed while failing closed. The default returns
-// codes.PermissionDenied for a call without a key and codes.Unavailable
-// for a limiter failure. f should return a status error. RateLimit and
-// RulesLimit read it, and any constructor with WithMessages.
+// be decided: its key function failed (an error matching ErrNoKey), its
+// cost cannot be charged (ErrInvalidCost, see WithCost) or the limiter
+// failed while failing closed. The default returns codes.PermissionDenied
+// for a call without a key, codes.Internal for a negative cost,
+// codes.ResourceExhausted without RetryInfo for a cost above the limit,
+// and codes.Unavailable for a limiter failure. f should return a status
+// error. RateLimit and RulesLimit read it, and any constructor with
+// WithMessages.
 func WithErrorHandler(f func(ctx context.Context, fullMethod string, err error) error) Option {
 	return func(c *config) { c.onError = f; c.use("WithErrorHandler", forRate|forRules, true) }
 }
@@ -179,6 +184,67 @@ func WithErrorHandler(f func(ctx context.Context, fullMethod string, err error) 
 func WithFailOpen(report func(ctx context.Context, fullMethod string, err error)) Option {
 	return func(c *config) { c.failOpen, c.report = true, report; c.use("WithFailOpen", forRate|forRules, true) }
 }
+
+// WithCost makes RateLimit and RulesLimit charge f(ctx, fullMethod)
+// events for a call, and for a stream when it opens, instead of one: a
+// call charged by the rows it asks for, by the size of what it fetches.
+// RulesLimit charges the one cost under every rule of the method, all or
+// nothing. The metadata describes the key's state after the charge.
+// WithMessages still takes one event per message.
+//
+// f is called once per call that is not exempt and has a key; it must
+// not block, and it runs before the handler, so it may read the incoming
+// metadata but not the request message. The interceptor charges exactly
+// what f returns, so f must bound any cost the client can name (as
+// metadata). What each value does:
+//
+//   - 1 or more, up to the limit (for rules, the smallest Burst of the
+//     method's rules): charged, all or nothing; a denial is the usual
+//     ResourceExhausted with RetryInfo.
+//   - 0: the call is free, even when the key is exhausted; the metadata
+//     shows the key's state as it stands. A client that can make f return
+//     0 is not limited at all: return at least 1 unless the call really
+//     costs nothing.
+//   - More than the limit: the call could never be allowed. It is refused
+//     through the error handler with an error matching ErrInvalidCost and
+//     ratelimit.ErrExceedsLimit, by default codes.ResourceExhausted
+//     without RetryInfo (retrying cannot help).
+//   - Negative: f is wrong. The call is refused through the error handler
+//     with an error matching ErrInvalidCost and ratelimit.ErrNegativeN, by
+//     default codes.Internal.
+//
+// A refused cost is never let through by WithFailOpen.
+//
+// With a limiter that implements ratelimit.Taker, the charge is a booking
+// that the handler may settle at the actual cost with Settle. A nil f
+// charges one event a call, as without the option.
+func WithCost(f func(ctx context.Context, fullMethod string) int) Option {
+	return func(c *config) { c.cost = f; c.use("WithCost", forRate|forRules, false) }
+}
+
+// ErrInvalidCost means the WithCost function gave a call a cost the limit
+// cannot charge: a negative one (the error also matches
+// ratelimit.ErrNegativeN) or one more than the limit allows at once
+// (ratelimit.ErrExceedsLimit). The call is refused through the error
+// handler; WithFailOpen does not apply to it.
+var ErrInvalidCost = errors.New("grpclimit: the call's cost cannot be charged")
+
+// costError is the error of a call whose cost cannot be charged: it
+// matches ErrInvalidCost and the limiter's error.
+type costError struct {
+	cost int
+	err  error // ratelimit.ErrNegativeN or ratelimit.ErrExceedsLimit
+}
+
+func (e *costError) Error() string {
+	n := strconv.Itoa(e.cost)
+	if errors.Is(e.err, ratelimit.ErrNegativeN) {
+		return "grpclimit: the cost function returned a negative cost, " + n
+	}
+	return "grpclimit: a call cost of " + n + " is more than the limit allows at once"
+}
+
+func (e *costError) Unwrap() []error { return []error{ErrInvalidCost, e.err} }
 
 // WithMessages limits the messages a client sends on a stream, in
 // addition to the stream's opening: each message the handler receives
@@ -241,6 +307,7 @@ type ServerLimit struct {
 	conc  Concurrency
 
 	// RateLimit
+	taker  ratelimit.Taker // lim, if WithCost is given and lim can book for Settle
 	names  []string
 	item   string
 	policy atomic.Pointer[cachedPolicy]
@@ -306,11 +373,15 @@ type classView struct {
 	items            []string // names as sf-strings
 	policy           string   // ratelimit-policy value
 	needUser, needIP bool
+	// limits holds rule i's limiter as a Taker (its Key to fill in), for
+	// WithCost's bookings; nil if some rule's limiter is no Taker.
+	limits    []charge.Limit
+	allShadow bool // every rule is a shadow rule
 }
 
-// RateLimit returns a ServerLimit that takes one event of lim for each
-// call, and for each stream when it opens, under the key of WithKey
-// (default: the client's address). A denied call gets
+// RateLimit returns a ServerLimit that takes one event of lim (WithCost:
+// the call's cost) for each call, and for each stream when it opens,
+// under the key of WithKey (default: the client's address). A denied call gets
 // codes.ResourceExhausted with RetryInfo and QuotaFailure details. A call
 // whose key cannot be determined, and, unless WithFailOpen, one whose
 // limiter fails, gets the error handler's error (WithErrorHandler). It
@@ -320,7 +391,11 @@ func RateLimit(lim ratelimit.Limiter, opts ...Option) *ServerLimit {
 		panic("grpclimit: RateLimit with a nil limiter")
 	}
 	c := newConfig(forRate, "RateLimit", opts)
-	return &ServerLimit{cfg: c, lim: lim, names: []string{c.name}, item: field.String(c.name)}
+	s := &ServerLimit{cfg: c, lim: lim, names: []string{c.name}, item: field.String(c.name)}
+	if c.cost != nil {
+		s.taker, _ = lim.(ratelimit.Taker)
+	}
+	return s
 }
 
 // RulesLimit returns a ServerLimit that checks each call against rules,
@@ -375,7 +450,17 @@ func ConcurrencyLimit(c Concurrency, opts ...Option) *ServerLimit {
 func newClassView(set *ratelimit.RuleSet) *classView {
 	cv := &classView{set: set, rules: set.Rules()}
 	var policy []string
+	canTake := true
+	cv.allShadow = len(cv.rules) > 0
 	for _, r := range cv.rules {
+		cv.allShadow = cv.allShadow && r.Shadow
+		l := charge.Limit{Shadow: r.Limiter} // a shadow: charged, never settled
+		if !r.Shadow {
+			t, ok := r.Limiter.(ratelimit.Taker)
+			l = charge.Limit{Taker: t}
+			canTake = canTake && ok
+		}
+		cv.limits = append(cv.limits, l)
 		item := field.String(r.Name)
 		cv.items = append(cv.items, item)
 		policy = append(policy, field.PolicyItem(item, r.Burst, r.Window()))
@@ -383,17 +468,25 @@ func newClassView(set *ratelimit.RuleSet) *classView {
 		cv.needIP = cv.needIP || r.Scope == ratelimit.PerIP
 	}
 	cv.policy = strings.Join(policy, ", ")
+	if !canTake {
+		cv.limits = nil
+	}
 	return cv
 }
 
 // Unary is a grpc.UnaryServerInterceptor.
 func (s *ServerLimit) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	release, err := s.admit(ctx, info.FullMethod, func(md metadata.MD) { grpc.SetHeader(ctx, md) })
+	release, ch, err := s.admit(ctx, info.FullMethod, func(md metadata.MD) { grpc.SetHeader(ctx, md) },
+		func(md metadata.MD) { grpc.SetTrailer(ctx, md) })
 	if err != nil {
 		return nil, err
 	}
 	if release != nil {
 		defer release()
+	}
+	if ch != nil {
+		defer ch.Done()
+		ctx = context.WithValue(ctx, chargeKey{}, ch)
 	}
 	return handler(ctx, req)
 }
@@ -402,12 +495,16 @@ func (s *ServerLimit) Unary(ctx context.Context, req any, info *grpc.UnaryServer
 // opens; with WithMessages, each message received too.
 func (s *ServerLimit) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ctx := ss.Context()
-	release, err := s.admit(ctx, info.FullMethod, func(md metadata.MD) { ss.SetHeader(md) })
+	release, ch, err := s.admit(ctx, info.FullMethod, func(md metadata.MD) { ss.SetHeader(md) }, ss.SetTrailer)
 	if err != nil {
 		return err
 	}
 	if release != nil {
 		defer release()
+	}
+	if ch != nil {
+		defer ch.Done()
+		ss = &chargedStream{ServerStream: ss, ctx: context.WithValue(ctx, chargeKey{}, ch)}
 	}
 	if s.cfg.messages != nil {
 		key, err := s.cfg.key(ctx, info.FullMethod)
@@ -420,17 +517,20 @@ func (s *ServerLimit) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 }
 
 // admit decides one call. It returns the status error to answer with, or
-// nil and, for a concurrency limit, the function that releases the permit.
-// header writes response header metadata.
-func (s *ServerLimit) admit(ctx context.Context, method string, header func(metadata.MD)) (release func(), err error) {
+// nil and, for a concurrency limit, the function that releases the permit,
+// and with WithCost the call's charge, for Settle. header writes response
+// header metadata; trailer, trailer metadata (Settle's).
+func (s *ServerLimit) admit(ctx context.Context, method string, header, trailer func(metadata.MD)) (release func(), ch *charge.Charge, err error) {
 	switch {
 	case s.conc != nil:
-		return s.acquire(ctx)
+		release, err = s.acquire(ctx)
+		return release, nil, err
 	case s.rules != nil:
-		return nil, s.checkRules(ctx, method, header)
+		ch, err = s.checkRules(ctx, method, header, trailer)
 	default:
-		return nil, s.checkLimiter(ctx, method, header)
+		ch, err = s.checkLimiter(ctx, method, header, trailer)
 	}
+	return nil, ch, err
 }
 
 func (s *ServerLimit) acquire(ctx context.Context) (func(), error) {
@@ -456,23 +556,26 @@ func (s *ServerLimit) acquire(ctx context.Context) (func(), error) {
 	return nil, st.Err()
 }
 
-func (s *ServerLimit) checkLimiter(ctx context.Context, method string, header func(metadata.MD)) error {
+func (s *ServerLimit) checkLimiter(ctx context.Context, method string, header, trailer func(metadata.MD)) (*charge.Charge, error) {
 	c := s.cfg
 	key, err := c.key(ctx, method)
 	if err != nil {
-		return c.onError(ctx, method, err)
+		return nil, c.onError(ctx, method, err)
+	}
+	if c.cost != nil {
+		return s.chargeLimiter(ctx, method, key, header, trailer)
 	}
 	d, err := s.lim.AllowN(ctx, key, 1)
 	if err != nil {
-		return s.failed(ctx, method, err)
+		return nil, s.failed(ctx, method, err)
 	}
 	if !d.Allowed || c.metadata {
 		header(rateMetadata(s.policyFor(d.Limit), s.item, d, d.RetryAfter))
 	}
 	if d.Allowed {
-		return nil
+		return nil, nil
 	}
-	return denial(d.RetryAfter, []violation{{name: s.names[0], limit: d.Limit, window: c.window}})
+	return nil, denial(d.RetryAfter, []violation{{name: s.names[0], limit: d.Limit, window: c.window}})
 }
 
 // failed handles a limiter's error: a key missing for a rule is refused,
@@ -497,25 +600,25 @@ func (s *ServerLimit) policyFor(limit int) string {
 	return p.value
 }
 
-func (s *ServerLimit) checkRules(ctx context.Context, method string, header func(metadata.MD)) error {
+func (s *ServerLimit) checkRules(ctx context.Context, method string, header, trailer func(metadata.MD)) (*charge.Charge, error) {
 	c := s.cfg
 	rv := s.currentView()
 	if rv.err != nil {
-		return status.Error(codes.Internal, rv.err.Error())
+		return nil, status.Error(codes.Internal, rv.err.Error())
 	}
 	cv, ok := rv.classes[method]
 	if !ok {
 		cv = rv.every
 	}
 	if len(cv.rules) == 0 {
-		return nil
+		return nil, nil
 	}
 	var who ratelimit.Subject
 	var err error
 	if cv.needUser || rv.exemptUser {
 		if who.User, err = c.user(ctx, method); err != nil {
 			if cv.needUser {
-				return c.onError(ctx, method, err)
+				return nil, c.onError(ctx, method, err)
 			}
 			who.User = "" // only an exemption asked: not exempt
 		}
@@ -523,33 +626,41 @@ func (s *ServerLimit) checkRules(ctx context.Context, method string, header func
 	if cv.needIP || rv.exemptIP {
 		if who.IP, err = c.ip(ctx, method); err != nil {
 			if cv.needIP {
-				return c.onError(ctx, method, err)
+				return nil, c.onError(ctx, method, err)
 			}
 			who.IP = ""
 		}
 	}
 	if (rv.exemptIP || rv.exemptUser) && cv.set.Exempt(who) {
-		return nil // exempt: nothing recorded, no metadata
+		return nil, nil // exempt: nothing recorded, no metadata
+	}
+	if c.cost != nil {
+		return s.chargeRules(ctx, method, cv, who, header, trailer)
 	}
 	d, err := cv.set.Check(ctx, who, 1)
 	if err != nil {
-		return s.failed(ctx, method, err)
+		return nil, s.failed(ctx, method, err)
 	}
 	i := d.Strictest()
 	if !d.Allowed || c.metadata {
 		header(rateMetadata(cv.policy, cv.items[i], d.At(i), d.RetryAfter))
 	}
 	if d.Allowed {
-		return nil
+		return nil, nil
 	}
+	return nil, denial(d.RetryAfter, violations(cv, d.Len(), d.At))
+}
+
+// violations lists the rules of cv whose decision, of n, denied.
+func violations(cv *classView, n int, at func(int) ratelimit.Decision) []violation {
 	var vs []violation
-	for j := range d.Len() {
-		if !d.At(j).Allowed {
+	for j := range n {
+		if !at(j).Allowed {
 			r := cv.rules[j]
 			vs = append(vs, violation{name: r.Name, limit: r.Burst, window: r.Window()})
 		}
 	}
-	return denial(d.RetryAfter, vs)
+	return vs
 }
 
 // violation is one policy that denied a call.
@@ -614,8 +725,13 @@ func rateMetadata(policy, item string, d ratelimit.Decision, retry time.Duration
 }
 
 func defaultError(_ context.Context, _ string, err error) error {
-	if errors.Is(err, ErrNoKey) {
+	switch {
+	case errors.Is(err, ErrNoKey):
 		return status.Error(codes.PermissionDenied, "grpclimit: the call has no rate-limit key")
+	case errors.Is(err, ErrInvalidCost) && errors.Is(err, ratelimit.ErrExceedsLimit):
+		return status.Error(codes.ResourceExhausted, err.Error()) // no RetryInfo: it can never pass
+	case errors.Is(err, ErrInvalidCost):
+		return status.Error(codes.Internal, err.Error())
 	}
 	return status.Error(codes.Unavailable, "grpclimit: rate limiter unavailable")
 }

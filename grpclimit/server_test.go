@@ -439,6 +439,7 @@ func TestOptionsFailLoudly(t *testing.T) {
 		"busy code on rules":      func() { RulesLimit(&ratelimit.Rules{}, WithBusyCode(codes.Unavailable)) },
 		"key on a bulkhead":       func() { ConcurrencyLimit(bh, WithKey(ByPeer())) },
 		"fail open on a bulkhead": func() { ConcurrencyLimit(bh, WithFailOpen(nil)) },
+		"cost on a bulkhead":      func() { ConcurrencyLimit(bh, WithCost(costMD)) },
 	} {
 		func() {
 			defer func() {
@@ -453,7 +454,8 @@ func TestOptionsFailLoudly(t *testing.T) {
 	// The same options where they apply.
 	ConcurrencyLimit(bh, WithKey(ByPeer()), WithFailOpen(nil), WithMessages(lim), WithWait(), WithBusyCode(codes.Unavailable))
 	RulesLimit(&ratelimit.Rules{}, WithKey(ByPeer()), WithMessages(lim), WithoutMetadata(), WithClientIP(ByPeer()))
-	RateLimit(lim, WithKey(ByPeer()), WithPolicy("x", 0), WithFailOpen(nil), WithErrorHandler(defaultError))
+	RateLimit(lim, WithKey(ByPeer()), WithPolicy("x", 0), WithFailOpen(nil), WithErrorHandler(defaultError), WithCost(costMD))
+	RulesLimit(&ratelimit.Rules{}, WithCost(costMD))
 }
 
 // An adaptive bulkhead works wherever a bulkhead does: calls through it

@@ -32,12 +32,14 @@ type echo struct {
 	gate    chan struct{} // if not nil, Say waits for it to be closed or sent to
 	entered chan struct{} // if not nil, Say signals it on entry
 	fail    error         // if not nil, Say returns it
+	// work, if not nil, runs in Say after the gate; its error is returned.
+	work func(ctx context.Context, in string) error
 }
 
 func (e *echo) say(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 	e.mu.Lock()
 	e.calls++
-	gate, entered, fail := e.gate, e.entered, e.fail
+	gate, entered, fail, work := e.gate, e.entered, e.fail, e.work
 	e.mu.Unlock()
 	if entered != nil {
 		entered <- struct{}{}
@@ -51,6 +53,11 @@ func (e *echo) say(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb
 	}
 	if fail != nil {
 		return nil, fail
+	}
+	if work != nil {
+		if err := work(ctx, in.GetValue()); err != nil {
+			return nil, err
+		}
 	}
 	return in, nil
 }
@@ -111,13 +118,19 @@ var otherDesc = grpc.ServiceDesc{
 // it made with dial, and the service.
 func serve(t *testing.T, opts []grpc.ServerOption, dial ...grpc.DialOption) (*grpc.ClientConn, *echo) {
 	t.Helper()
+	return serveDesc(t, opts, &echoDesc, dial...)
+}
+
+// serveDesc is serve with desc in place of test.Echo.
+func serveDesc(t *testing.T, opts []grpc.ServerOption, desc *grpc.ServiceDesc, dial ...grpc.DialOption) (*grpc.ClientConn, *echo) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(opts...)
 	e := &echo{}
-	srv.RegisterService(&echoDesc, e)
+	srv.RegisterService(desc, e)
 	srv.RegisterService(&otherDesc, e)
 	go srv.Serve(ln)
 	t.Cleanup(srv.Stop)

@@ -33,6 +33,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/internal/netmatch"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/charge"
 	"github.com/ratelimitkit/ratelimit/internal/field"
 )
 
@@ -50,8 +51,9 @@ type Denial struct {
 type DeniedFunc func(w http.ResponseWriter, r *http.Request, d Denial)
 
 // ErrorFunc writes the response to a request the middleware could not
-// decide: its key function failed (an error matching ErrNoKey) or the
-// limiter failed (a remote backend unreachable) while failing closed.
+// decide: its key function failed (an error matching ErrNoKey), its cost
+// cannot be charged (ErrInvalidCost), or the limiter failed (a remote
+// backend unreachable) while failing closed.
 type ErrorFunc func(w http.ResponseWriter, r *http.Request, err error)
 
 // The options of this package say, by their type, which middleware reads
@@ -73,8 +75,9 @@ type ConcurrencyOption interface {
 	applyConcurrency(*concurrencyConfig)
 }
 
-// A ResponseOption configures how Middleware and RulesMiddleware answer:
-// the headers, the denied and error responses, the failure policy.
+// A ResponseOption configures what Middleware and RulesMiddleware share:
+// how they answer (the headers, the denied and error responses, the
+// failure policy), whom they exempt, and what a request costs.
 type ResponseOption interface {
 	LimitOption
 	RulesOption
@@ -100,6 +103,7 @@ type response struct {
 	ip       KeyFunc                    // ByIP()
 	user     KeyFunc                    // none
 	exempt   exempt                     // none
+	cost     func(*http.Request) int    // none: 1 event a request
 }
 
 func newResponse() response { return response{headers: IETFHeaders} }
@@ -324,8 +328,11 @@ func WithProblemJSON() CommonOption { return problemOption{} }
 // WithErrorHandler replaces the response to a request the middleware could
 // not decide. The default answers 403 Forbidden to a request without a key
 // (ErrNoKey), 500 Internal Server Error to one without a class
-// (ErrNoClass), and 503 Service Unavailable with Retry-After: 1 to a
-// limiter error.
+// (ErrNoClass) or with a negative cost (ErrInvalidCost), 429 Too Many
+// Requests without Retry-After to one that costs more than the limit
+// allows at once (ErrInvalidCost and ratelimit.ErrExceedsLimit; see
+// WithCost), and 503 Service Unavailable with Retry-After: 1 to a limiter
+// error.
 func WithErrorHandler(f ErrorFunc) ResponseOption {
 	return responseOption(func(c *response) { c.onError = f })
 }
@@ -359,7 +366,8 @@ func WithRetryAfter(d time.Duration) ConcurrencyOption {
 }
 
 // Middleware returns middleware that limits each request by lim under the
-// key of WithKey (default: the client's IP address), one event a request.
+// key of WithKey (default: the client's IP address), one event a request
+// or, with WithCost, the request's cost.
 //
 // An allowed request gets the rate-limit headers (WithHeaders) and goes on
 // to the next handler. A denied one gets them, Retry-After (the Decision's
@@ -381,6 +389,11 @@ func WithRetryAfter(d time.Duration) ConcurrencyOption {
 // before the key is asked for: nothing consumed, no header written. It
 // panics if WithExemptUsers is given without WithUser.
 //
+// With WithCost, a request costs what its function says, and, when lim
+// is a ratelimit.Taker, the charge is a booking the handler can Settle;
+// the handler then gets a copy of the request carrying it (a dozen
+// allocations more, on that path only).
+//
 // On the allowed path it allocates nothing but the headers it writes (two
 // allocations) and what lim and the key function do (ByIP: nothing for
 // IPv4). It panics if lim is nil.
@@ -394,6 +407,9 @@ func Middleware(lim ratelimit.Limiter, opts ...LimitOption) func(http.Handler) h
 	}
 	m := &limitMiddleware{cfg: c, lim: lim, item: field.String(c.name), names: []string{c.name}, window: c.window}
 	_, m.shadow = lim.(*ratelimit.Shadow)
+	if c.cost != nil {
+		m.taker, _ = lim.(ratelimit.Taker)
+	}
 	if w, ok := lim.(interface{ Window() time.Duration }); ok && m.window == 0 {
 		m.window = w.Window()
 	}
@@ -409,7 +425,8 @@ type limitMiddleware struct {
 	names  []string
 	window time.Duration // RateLimit-Policy's w; <= 0: none
 	policy atomic.Pointer[cachedPolicy]
-	shadow bool // lim is a ratelimit.Shadow: it never denies, and gets no headers
+	shadow bool            // lim is a ratelimit.Shadow: it never denies, and gets no headers
+	taker  ratelimit.Taker // lim, if WithCost is given and lim can book for Settle
 }
 
 // cachedPolicy is the RateLimit-Policy value for the last Limit seen: a
@@ -437,6 +454,10 @@ func (m *limitMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 	key, err := c.key(r)
 	if err != nil {
 		c.undecided(w, r, next, err, false)
+		return
+	}
+	if c.cost != nil {
+		m.serveCost(w, r, next, key)
 		return
 	}
 	d, err := m.lim.AllowN(r.Context(), key, 1)
@@ -517,6 +538,13 @@ func (m *limitMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 // it could not have been built with (a per-user rule without WithUser, a
 // class that is not a pattern) is logged once, and requests then get the
 // error handler (by default 503) until a good configuration is loaded.
+//
+// With WithCost, a request is charged its cost under every rule of its
+// class. When every rule's limiter is a ratelimit.Taker (shadow rules
+// aside), the charge is a booking under each rule that the handler can
+// Settle; with more than one rule, each is peeked at before anything is
+// booked, so that a request one rule denies books nothing under the
+// others. A shadow rule is charged as usual and never settled.
 //
 // Errors are handled as by Middleware. It panics if rules is nil, or if
 // some rule counts per user, or a user is exempt, and WithUser is not
@@ -650,11 +678,25 @@ type classView struct {
 	policy           string   // RateLimit-Policy value, shadow rules left out
 	shadows          int      // how many rules are shadow rules
 	needUser, needIP bool
+	// limits holds rule i's limiter as a Taker (its Key to fill in), and
+	// scopes its scope, for WithCost's bookings; limits is nil if some
+	// rule's limiter is no Taker.
+	limits []charge.Limit
+	scopes []ratelimit.Scope
 }
 
 func newClassView(set *ratelimit.RuleSet) *classView {
 	cv := &classView{set: set}
+	canTake := true
 	for _, r := range set.Rules() {
+		l := charge.Limit{Shadow: r.Limiter} // a shadow: charged, never settled
+		if !r.Shadow {
+			t, ok := r.Limiter.(ratelimit.Taker)
+			l = charge.Limit{Taker: t}
+			canTake = canTake && ok
+		}
+		cv.limits = append(cv.limits, l)
+		cv.scopes = append(cv.scopes, r.Scope)
 		item := field.String(r.Name)
 		cv.names = append(cv.names, r.Name)
 		cv.items = append(cv.items, item)
@@ -668,6 +710,9 @@ func newClassView(set *ratelimit.RuleSet) *classView {
 			cv.policy += ", "
 		}
 		cv.policy += field.PolicyItem(item, r.Burst, r.Window())
+	}
+	if !canTake {
+		cv.limits = nil
 	}
 	return cv
 }
@@ -718,6 +763,10 @@ func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 	}
 	if (rv.exemptIP || rv.exemptUser) && (c.exempt.covers(who) || cv.set.Exempt(who)) {
 		next.ServeHTTP(w, r)
+		return
+	}
+	if c.cost != nil {
+		m.serveCost(w, r, next, cv, who)
 		return
 	}
 	d, err := cv.set.Check(r.Context(), who, 1)
@@ -815,19 +864,30 @@ func deniedProblem(w http.ResponseWriter, r *http.Request, d Denial) {
 }
 
 // defaultError returns the default error handler: 403 for a request
-// without a key, 500 for one without a class (a misconfiguration, logged
-// once by logf: a flood of such requests must not flood the log), 503 for
-// a limiter that failed.
+// without a key, 500 for one without a class or with a negative cost (a
+// misconfiguration, logged once by logf: a flood of such requests must not
+// flood the log), 429 without Retry-After for a cost above the limit
+// (logged once too), 503 for a limiter that failed.
 func defaultError(logf func(string)) ErrorFunc {
-	var once sync.Once
+	var noClass, negative, tooLarge sync.Once
+	logOnce := func(once *sync.Once, r *http.Request, err error, status int) {
+		once.Do(func() {
+			logf(fmt.Sprintf("%v (%s %.100q): refused with %d; later such requests are refused without a log line", err, r.Method, r.URL.Path, status))
+		})
+	}
 	return func(w http.ResponseWriter, r *http.Request, err error) {
 		switch {
 		case errors.Is(err, ErrNoKey):
 			http.Error(w, "forbidden: the request has no rate-limit key", http.StatusForbidden)
 		case errors.Is(err, ErrNoClass):
-			once.Do(func() {
-				logf(fmt.Sprintf("%v (%s %.100q): refused with 500; later such requests are refused without a log line", err, r.Method, r.URL.Path))
-			})
+			logOnce(&noClass, r, err, http.StatusInternalServerError)
+			http.Error(w, "internal server error: the rate limit for this request is misconfigured", http.StatusInternalServerError)
+		case errors.Is(err, ErrInvalidCost) && errors.Is(err, ratelimit.ErrExceedsLimit):
+			// It can never pass: a Retry-After would only invite retries.
+			logOnce(&tooLarge, r, err, http.StatusTooManyRequests)
+			http.Error(w, "too many requests: this request costs more than the limit allows at once", http.StatusTooManyRequests)
+		case errors.Is(err, ErrInvalidCost):
+			logOnce(&negative, r, err, http.StatusInternalServerError)
 			http.Error(w, "internal server error: the rate limit for this request is misconfigured", http.StatusInternalServerError)
 		default:
 			// A limiter that failed (a remote backend down) is an outage,

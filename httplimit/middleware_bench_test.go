@@ -54,6 +54,21 @@ func BenchmarkMiddleware(b *testing.B) {
 	b.Run("limit/ipv6", func(b *testing.B) {
 		benchServe(b, Middleware(roomy(b))(bareHandler), "[2001:db8::1]:1234")
 	})
+	// A cost per request, booked for a settlement, and settled by the
+	// handler before it writes.
+	settleHandler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := Settle(r, 2); err != nil {
+			b.Fatal(err)
+		}
+		w.Write([]byte("ok\n"))
+	})
+	three := WithCost(func(*http.Request) int { return 3 })
+	b.Run("limit/ipv4/cost", func(b *testing.B) {
+		benchServe(b, Middleware(roomy(b), three)(bareHandler), "192.0.2.1:1234")
+	})
+	b.Run("limit/ipv4/cost+settle", func(b *testing.B) {
+		benchServe(b, Middleware(roomy(b), three)(settleHandler), "192.0.2.1:1234")
+	})
 	b.Run("rules/3", func(b *testing.B) {
 		rules, err := ratelimit.ParseRules(`
 			POST /posts: 1000000000/s per user
@@ -64,6 +79,18 @@ func BenchmarkMiddleware(b *testing.B) {
 			b.Fatal(err)
 		}
 		h := RulesMiddleware(rules, WithUser(ByUser(userHeader)), WithClass(func(*http.Request) string { return "POST /posts" }))(bareHandler)
+		benchServe(b, h, "192.0.2.1:1234")
+	})
+	b.Run("rules/3/cost+settle", func(b *testing.B) {
+		rules, err := ratelimit.ParseRules(`
+			POST /posts: 1000000000/s per user
+			POST /posts: 1000000000/s per ip as ip
+			*:           1000000000/s global
+		`)
+		if err != nil {
+			b.Fatal(err)
+		}
+		h := RulesMiddleware(rules, three, WithUser(ByUser(userHeader)), WithClass(func(*http.Request) string { return "POST /posts" }))(settleHandler)
 		benchServe(b, h, "192.0.2.1:1234")
 	})
 	// The same rules, the class found by matching the rule patterns

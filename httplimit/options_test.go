@@ -27,6 +27,7 @@ func TestOptionsReachTheirMiddleware(t *testing.T) {
 		{"WithExempt", WithExempt(), true, true, false},
 		{"WithExemptUsers", WithExemptUsers(), true, true, false},
 		{"WithClass", WithClass(func(*http.Request) string { return "" }), false, true, false},
+		{"WithCost", WithCost(func(*http.Request) int { return 1 }), true, true, false},
 		{"WithHeaders", WithHeaders(0), true, true, false},
 		{"WithDeniedHandler", WithDeniedHandler(nil), true, true, false},
 		{"WithErrorHandler", WithErrorHandler(nil), true, true, false},

@@ -55,3 +55,45 @@ func TestMiddlewareWhileRedisIsDown(t *testing.T) {
 		t.Errorf("FailOpen with Redis down: %d, RateLimit %q; want 200 without r=0", w.Code, w.Header().Get("RateLimit"))
 	}
 }
+
+// TestMiddlewareSettlesOnRedis: through httplimit.Middleware with
+// WithCost, a Redis limiter's charge is a booking the handler settles,
+// and the headers show the settled state. A bucket of 10 refilled at 10
+// an hour (so the milliseconds the test takes refill nothing): a request
+// charged 5 and settled at 2 leaves 8; one charged 3 and settled at 6
+// leaves 2; one charged 3 is then denied, and one charged 2 allowed.
+func TestMiddlewareSettlesOnRedis(t *testing.T) {
+	client := newClient(t, redisAddr(t), true)
+	lim, err := NewTokenBucket(client, ratelimit.PerHour(10), 10, WithPrefix(testPrefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := httplimit.Middleware(lim, httplimit.WithCost(func(r *http.Request) int {
+		n, _ := strconv.Atoi(r.Header.Get("X-Cost"))
+		return n
+	}))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a := r.Header.Get("X-Actual"); a != "" {
+			n, _ := strconv.Atoi(a)
+			if err := httplimit.Settle(r, n); err != nil {
+				t.Errorf("Settle(%d): %v", n, err)
+			}
+		}
+	}))
+	for i, s := range []struct {
+		cost, actual string
+		code         int
+		remaining    string
+	}{{"5", "2", 200, "r=8"}, {"3", "6", 200, "r=2"}, {"3", "", 429, "r=2"}, {"2", "", 200, "r=0"}} {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = "192.0.2.1:1234"
+		r.Header.Set("X-Cost", s.cost)
+		if s.actual != "" {
+			r.Header.Set("X-Actual", s.actual)
+		}
+		h.ServeHTTP(w, r)
+		if w.Code != s.code || !strings.Contains(w.Header().Get("RateLimit"), s.remaining+";") {
+			t.Errorf("step %d (cost %s, actual %q): %d RateLimit %q, want %d with %s", i, s.cost, s.actual, w.Code, w.Header().Get("RateLimit"), s.code, s.remaining)
+		}
+	}
+}
