@@ -31,6 +31,7 @@ package charge
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/ratelimitkit/ratelimit"
@@ -129,7 +130,7 @@ func probe(ctx context.Context, n int, limits []Limit, ds []ratelimit.Decision, 
 			denied = true
 			continue
 		}
-		r.Cancel() // the latest booking on the key: given back whole
+		giveBack(r) // the latest booking on the key: given back whole
 		if ds[i], err = peek(ctx, l); err != nil {
 			return false, err
 		}
@@ -152,9 +153,20 @@ func peek(ctx context.Context, l *Limit) (ratelimit.Decision, error) {
 func cancelAll(limits []Limit, res []*ratelimit.Reservation) {
 	for i := len(limits) - 1; i >= 0; i-- {
 		if res[i] != nil {
-			res[i].Cancel()
+			giveBack(res[i])
 			res[i] = nil
 		}
+	}
+}
+
+// giveBack undoes a booking whose events never acted. It settles it at 0
+// rather than cancelling it: Cancel gives nothing back once the time to
+// act has passed, and on a real clock it has by the time the booking is
+// undone, though nothing acted. A reservation that cannot settle is
+// cancelled.
+func giveBack(r *ratelimit.Reservation) {
+	if _, err := r.Settle(0); errors.Is(err, ratelimit.ErrCannotSettle) {
+		r.Cancel()
 	}
 }
 
