@@ -9,12 +9,13 @@
 //     allowed its n events; then every limit holds one booking of n, and
 //     the request's Charge holds them all.
 //  2. A denied request keeps no booking: what was booked before the
-//     denial is cancelled, latest first, so each is given back as
-//     Reservation.Cancel gives back a key's latest booking. With more than
+//     denial is undone, latest first, by settling it at 0, so each is
+//     given back as a key's latest booking is, even once its time to act
+//     has passed (nothing acted). With more than
 //     one enforced limit, each is peeked at before anything is booked, so
 //     that a limit short of room denies before the others book: only a
 //     race lost between the peek and the booking leaves bookings to
-//     cancel, and a concurrent booking on the same key can then keep a
+//     undo, and a concurrent booking on the same key can then keep a
 //     bucket's give-back from being whole (the bound still holds: the
 //     limiter counts more, never less).
 //  3. Shadow limits (ratelimit.Shadow) are charged last, with AllowN,
