@@ -141,3 +141,44 @@ func TestSlidingLogSettleOldestFirstIsCheap(t *testing.T) {
 		t.Errorf("settling oldest first took %v, newest first %v: more than 10 times as long", oldest, newest)
 	}
 }
+
+// insert logs e copies of t among the instants, keeping the newest L and
+// raising the floor past those dropped: checked against a sorted slice on random logs, wrapped round the ring at
+// random.
+func TestSlidingLogInsertModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 0))
+	const W = 100
+	for range 4000 {
+		L := 1 + rng.IntN(10)
+		p := &slParams{limit: int64(L), window: W}
+		s := slState{ring: make([]int64, L), head: int32(rng.IntN(L)), floor: int64(rng.IntN(3))}
+		var model []int64
+		for range rng.IntN(L + 1) {
+			t := int64(0)
+			if len(model) > 0 {
+				t = model[len(model)-1] + int64(rng.IntN(3))
+			}
+			s.push(t, 1)
+			model = append(model, t)
+		}
+		floor := s.floor
+		at, e := int64(rng.IntN(len(model)*2+1)), int64(1+rng.IntN(2*L))
+		p.insert(&s, at, e)
+		if e > int64(L) {
+			floor = max(floor, at+W)
+		}
+		_, j := sort2(model, at)
+		model = slices.Insert(model, j, slices.Repeat([]int64{at}, int(min(e, int64(L))))...)
+		if over := len(model) - L; over > 0 {
+			floor = max(floor, model[over-1]+W)
+			model = model[over:]
+		}
+		got := make([]int64, s.n)
+		for k := range s.n {
+			got[k] = s.at(k)
+		}
+		if !slices.Equal(got, model) || s.floor != floor {
+			t.Fatalf("insert(%d, %d): log %v floor %d, want %v floor %d", at, e, got, s.floor, model, floor)
+		}
+	}
+}
