@@ -5,10 +5,11 @@ GO ?= go
 .PHONY: demo svg test lint fmtcheck vet bench bench-redis bench-profile fuzz
 
 ## demo: the limiters at work: a token bucket, the five algorithms side by
-## side, an HTTP API behind rules, an HTTP client within a server's limits,
+## side, limits changed while serving (tiers, a raise, a reset, a settled
+## cost), an HTTP API behind rules, an HTTP client within a server's limits,
 ## a gRPC server, and the metrics page of a server under a burst. Every line fits 80 columns: a longer one fails the demo (the
 ## examples' own tests check it too).
-DEMOS := tokenbucket algorithms httpserver httpclient
+DEMOS := tokenbucket algorithms operators httpserver httpclient
 demo: SHELL := /bin/bash
 demo: .SHELLFLAGS := -e -o pipefail -c
 demo:
