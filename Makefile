@@ -102,9 +102,9 @@ bench:
 	if [ -n '$(MEMBENCH)' ]; then ./benchmarks.test -test.run '^$$' -test.bench '$(MEMBENCH)' \
 		-test.benchtime 1x -test.count $(MEMCOUNT) | tee -a $(BENCHRAW); fi
 	@echo; echo "== benchstat $(BENCHRAW)"
-	cd benchmarks && $(GO) tool benchstat ../$(BENCHRAW)
+	cd benchmarks && $(GO) tool benchstat $(abspath $(BENCHRAW))
 	@echo; echo "== ratios against x/time/rate, same run"
-	cd benchmarks && $(GO) run ./cmd/ratios $(RATIOSFLAGS) ../$(BENCHRAW)
+	cd benchmarks && $(GO) run ./cmd/ratios $(RATIOSFLAGS) $(abspath $(BENCHRAW))
 	@$(BENCHWARN)
 
 ## bench-redis: the redis backend's five limiters, a second independent
