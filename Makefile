@@ -5,10 +5,11 @@ GO ?= go
 .PHONY: demo svg test lint fmtcheck vet bench bench-redis bench-profile fuzz
 
 ## demo: the limiters at work: a token bucket, the five algorithms side by
-## side, an HTTP API behind rules, an HTTP client within a server's limits,
+## side, limits changed while serving (tiers, a raise, a reset, a settled
+## cost), an HTTP API behind rules, an HTTP client within a server's limits,
 ## a gRPC server, and the metrics page of a server under a burst. Every line fits 80 columns: a longer one fails the demo (the
 ## examples' own tests check it too).
-DEMOS := tokenbucket algorithms httpserver httpclient
+DEMOS := tokenbucket algorithms operators httpserver httpclient
 demo: SHELL := /bin/bash
 demo: .SHELLFLAGS := -e -o pipefail -c
 demo:
@@ -101,9 +102,9 @@ bench:
 	if [ -n '$(MEMBENCH)' ]; then ./benchmarks.test -test.run '^$$' -test.bench '$(MEMBENCH)' \
 		-test.benchtime 1x -test.count $(MEMCOUNT) | tee -a $(BENCHRAW); fi
 	@echo; echo "== benchstat $(BENCHRAW)"
-	cd benchmarks && $(GO) tool benchstat ../$(BENCHRAW)
+	cd benchmarks && $(GO) tool benchstat $(abspath $(BENCHRAW))
 	@echo; echo "== ratios against x/time/rate, same run"
-	cd benchmarks && $(GO) run ./cmd/ratios $(RATIOSFLAGS) ../$(BENCHRAW)
+	cd benchmarks && $(GO) run ./cmd/ratios $(RATIOSFLAGS) $(abspath $(BENCHRAW))
 	@$(BENCHWARN)
 
 ## bench-redis: the redis backend's five limiters, a second independent

@@ -76,3 +76,57 @@ func ExampleRules() {
 	// posts: 1 at once, full again after 1s
 	// per-ip: 10 at once, full again after 10s
 }
+
+// Exempt subjects and a reload while serving: the health checker and the
+// internal network are never limited, and raising a limit keeps what
+// unchanged rules have counted.
+func ExampleRules_Reload() {
+	clock := ratelimit.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	rules, err := ratelimit.ParseRules(`
+		exempt 10.0.0.0/8
+		exempt user healthcheck
+		*:            2/m  per ip  as per-ip
+		POST /posts:  1/m  per ip  as posts
+	`, ratelimit.WithClock(clock))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer rules.Close()
+	ctx := context.Background()
+	check := func(class string, who ratelimit.Subject) bool {
+		d, _ := rules.Check(ctx, class, who, 1)
+		return d.Allowed
+	}
+	client := ratelimit.Subject{IP: "192.0.2.1"}
+	fmt.Println("client:", check("GET /", client), check("GET /", client), check("GET /", client))
+	fmt.Println("internal:", check("GET /", ratelimit.Subject{IP: "10.1.2.3"}))
+	fmt.Println("health check:", check("GET /", ratelimit.Subject{IP: "192.0.2.1", User: "healthcheck"}))
+	poster := ratelimit.Subject{IP: "192.0.2.2"}
+	fmt.Println("post:", check("POST /posts", poster))
+
+	// A bad configuration is refused whole; the old rules keep serving.
+	err = rules.Reload("*: 2/m per ip as per-ip\nPOST /posts: 1/fortnight per ip")
+	fmt.Println("reload:", err)
+	// Raise the per-ip limit: its rule changed, so it starts afresh; the
+	// posts rule did not, and keeps its counts.
+	err = rules.Reload(`
+		exempt 10.0.0.0/8
+		*:            10/m  per ip  as per-ip
+		POST /posts:  1/m   per ip  as posts
+	`)
+	fmt.Println("reload:", err)
+	fmt.Println("client, afresh:", check("GET /", client))
+	fmt.Println("post, still counted:", check("POST /posts", poster))
+	fmt.Println("health check, no longer exempt:", check("POST /posts", ratelimit.Subject{IP: "192.0.2.2", User: "healthcheck"}))
+	// Output:
+	// client: true true false
+	// internal: true
+	// health check: true
+	// post: true
+	// reload: ratelimit: invalid rule on line 2 ("POST /posts: 1/fortnight per ip"): invalid rate "1/fortnight": period "fortnight" is not a unit (s, sec, m, min, h, hr, d, day, ...), a number and a unit (2min), or a duration (1m30s)
+	// reload: <nil>
+	// client, afresh: true
+	// post, still counted: false
+	// health check, no longer exempt: false
+}

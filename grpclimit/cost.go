@@ -73,7 +73,7 @@ func (c *chargedStream) Context() context.Context { return c.ctx }
 func (c *config) costOf(ctx context.Context, method string) (int, error) {
 	n := c.cost(ctx, method)
 	if n < 0 {
-		return n, c.onError(ctx, method, &costError{cost: n, err: ratelimit.ErrNegativeN})
+		return n, c.onError(ctx, method, costs.Error(n, ratelimit.ErrNegativeN))
 	}
 	return n, nil
 }
@@ -84,9 +84,9 @@ func (s *ServerLimit) chargeFailed(ctx context.Context, method string, n int, er
 	c := s.cfg
 	switch {
 	case errors.Is(err, ratelimit.ErrNegativeN):
-		return c.onError(ctx, method, &costError{cost: n, err: ratelimit.ErrNegativeN})
+		return c.onError(ctx, method, costs.Error(n, ratelimit.ErrNegativeN))
 	case errors.Is(err, ratelimit.ErrExceedsLimit):
-		return c.onError(ctx, method, &costError{cost: n, err: ratelimit.ErrExceedsLimit})
+		return c.onError(ctx, method, costs.Error(n, ratelimit.ErrExceedsLimit))
 	}
 	return s.failed(ctx, method, err)
 }

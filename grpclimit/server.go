@@ -229,22 +229,8 @@ func WithCost(f func(ctx context.Context, fullMethod string) int) Option {
 // handler; WithFailOpen does not apply to it.
 var ErrInvalidCost = errors.New("grpclimit: the call's cost cannot be charged")
 
-// costError is the error of a call whose cost cannot be charged: it
-// matches ErrInvalidCost and the limiter's error.
-type costError struct {
-	cost int
-	err  error // ratelimit.ErrNegativeN or ratelimit.ErrExceedsLimit
-}
-
-func (e *costError) Error() string {
-	n := strconv.Itoa(e.cost)
-	if errors.Is(e.err, ratelimit.ErrNegativeN) {
-		return "grpclimit: the cost function returned a negative cost, " + n
-	}
-	return "grpclimit: a call cost of " + n + " is more than the limit allows at once"
-}
-
-func (e *costError) Unwrap() []error { return []error{ErrInvalidCost, e.err} }
+// costs makes the errors of calls whose cost cannot be charged.
+var costs = charge.Costs{Pkg: "grpclimit", Unit: "call", Invalid: ErrInvalidCost}
 
 // WithMessages limits the messages a client sends on a stream, in
 // addition to the stream's opening: each message the handler receives
@@ -450,17 +436,11 @@ func ConcurrencyLimit(c Concurrency, opts ...Option) *ServerLimit {
 func newClassView(set *ratelimit.RuleSet) *classView {
 	cv := &classView{set: set, rules: set.Rules()}
 	var policy []string
-	canTake := true
+	limits, canTake := charge.LimitsOf(cv.rules)
+	cv.limits = limits
 	cv.allShadow = len(cv.rules) > 0
 	for _, r := range cv.rules {
 		cv.allShadow = cv.allShadow && r.Shadow
-		l := charge.Limit{Shadow: r.Limiter} // a shadow: charged, never settled
-		if !r.Shadow {
-			t, ok := r.Limiter.(ratelimit.Taker)
-			l = charge.Limit{Taker: t}
-			canTake = canTake && ok
-		}
-		cv.limits = append(cv.limits, l)
 		item := field.String(r.Name)
 		cv.items = append(cv.items, item)
 		policy = append(policy, field.PolicyItem(item, r.Burst, r.Window()))

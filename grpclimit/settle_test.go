@@ -267,6 +267,9 @@ func TestSettleKeepsBoundGRPC(t *testing.T) {
 		if err != nil {
 			t.Fatalf("cost %d actual %q: %v", cost, in, err)
 		}
+		if cost == 0 {
+			continue // free: let through without a decision, it takes nothing
+		}
 		if actual > cost {
 			debts++
 		}

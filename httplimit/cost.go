@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/charge"
@@ -64,37 +63,8 @@ func WithCost(f func(r *http.Request) int) ResponseOption {
 // handler; WithFailOpen does not apply to it.
 var ErrInvalidCost = errors.New("httplimit: the request's cost cannot be charged")
 
-// costError is the error of a request whose cost cannot be charged. It
-// matches ErrInvalidCost and the limiter's error, without the stutter of
-// wrapping one in the other's text.
-type costError struct {
-	cost int
-	err  error // ratelimit.ErrNegativeN or ratelimit.ErrExceedsLimit
-}
-
-func (e *costError) Error() string {
-	n := strconv.Itoa(e.cost)
-	if errors.Is(e.err, ratelimit.ErrNegativeN) {
-		return "httplimit: the cost function returned a negative cost, " + n
-	}
-	return "httplimit: a request cost of " + n + " is more than the limit allows at once"
-}
-
-func (e *costError) Unwrap() []error { return []error{ErrInvalidCost, e.err} }
-
-// costErrorOf returns the error a charge of n got from the limiter as a
-// costError if it says the cost cannot be charged, and nil otherwise. The
-// cost is the only n the middleware passes, so the limiter's ErrNegativeN
-// or ErrExceedsLimit is about it.
-func costErrorOf(n int, err error) error {
-	switch {
-	case errors.Is(err, ratelimit.ErrNegativeN):
-		return &costError{cost: n, err: ratelimit.ErrNegativeN}
-	case errors.Is(err, ratelimit.ErrExceedsLimit):
-		return &costError{cost: n, err: ratelimit.ErrExceedsLimit}
-	}
-	return nil
-}
+// costs makes the errors of requests whose cost cannot be charged.
+var costs = charge.Costs{Pkg: "httplimit", Unit: "request", Invalid: ErrInvalidCost}
 
 // Settle settles the charge of r, a request that the middleware booked
 // with WithCost, at its actual cost, once the handler knows it: the
@@ -151,7 +121,7 @@ func (m *limitMiddleware) serveCost(w http.ResponseWriter, r *http.Request, next
 	c := m.cfg
 	n := c.cost(r)
 	if n < 0 {
-		c.onError(w, r, &costError{cost: n, err: ratelimit.ErrNegativeN})
+		c.onError(w, r, costs.Error(n, ratelimit.ErrNegativeN))
 		return
 	}
 	var d ratelimit.Decision
@@ -165,7 +135,7 @@ func (m *limitMiddleware) serveCost(w http.ResponseWriter, r *http.Request, next
 		d, err = m.lim.AllowN(r.Context(), key, n)
 	}
 	if err != nil {
-		if cerr := costErrorOf(n, err); cerr != nil {
+		if cerr := costs.Of(n, err); cerr != nil {
 			c.onError(w, r, cerr)
 			return
 		}
@@ -220,7 +190,7 @@ func (m *rulesMiddleware) serveCost(w http.ResponseWriter, r *http.Request, next
 	c := m.cfg
 	n := c.cost(r)
 	if n < 0 {
-		c.onError(w, r, &costError{cost: n, err: ratelimit.ErrNegativeN})
+		c.onError(w, r, costs.Error(n, ratelimit.ErrNegativeN))
 		return
 	}
 	if cv.limits == nil || n == 0 || cv.shadows == len(cv.names) {
@@ -293,7 +263,7 @@ func (m *rulesMiddleware) serveCost(w http.ResponseWriter, r *http.Request, next
 // failed answers a request whose charge of n failed: a cost the limits
 // cannot charge, a missing key, or a limiter that failed.
 func (m *rulesMiddleware) failed(w http.ResponseWriter, r *http.Request, next http.Handler, n int, err error) {
-	if cerr := costErrorOf(n, err); cerr != nil {
+	if cerr := costs.Of(n, err); cerr != nil {
 		m.cfg.onError(w, r, cerr)
 		return
 	}

@@ -687,15 +687,10 @@ type classView struct {
 
 func newClassView(set *ratelimit.RuleSet) *classView {
 	cv := &classView{set: set}
-	canTake := true
-	for _, r := range set.Rules() {
-		l := charge.Limit{Shadow: r.Limiter} // a shadow: charged, never settled
-		if !r.Shadow {
-			t, ok := r.Limiter.(ratelimit.Taker)
-			l = charge.Limit{Taker: t}
-			canTake = canTake && ok
-		}
-		cv.limits = append(cv.limits, l)
+	rules := set.Rules()
+	limits, canTake := charge.LimitsOf(rules)
+	cv.limits = limits
+	for _, r := range rules {
 		cv.scopes = append(cv.scopes, r.Scope)
 		item := field.String(r.Name)
 		cv.names = append(cv.names, r.Name)
