@@ -276,9 +276,6 @@ func TestSettleKeepsBoundGRPC(t *testing.T) {
 		es = append(es, event{clock.Now(), cost, actual})
 	}
 	for j := range es {
-		if es[j].charge == 0 {
-			continue // a free call books nothing: no later booking waits for the debts before it
-		}
 		sum := es[j].charge
 		for i := j - 1; i >= 0; i-- {
 			sum += es[i].settle
