@@ -295,14 +295,32 @@ func (s *slState) remove(act, n int64) {
 	if s.n == 0 {
 		return
 	}
-	// The instants equal to act are [i, j); remove the last m of them and
-	// shift the later ones back.
+	// The instants equal to act are [i, j); remove m of them, closing the
+	// gap from the shorter side: the i older instants move forward (the
+	// head with them), or the later ones back. A booking settled while
+	// others logged after it are still in the window (requests finishing
+	// in the order they came) so moves the few instants before it rather
+	// than all those after.
 	i, j := s.after(act-1), s.after(act)
 	m := min(int32(n), j-i)
 	if m == 0 {
 		return
 	}
 	size := int32(len(s.ring))
+	if i < s.n-j {
+		for k := i - 1; k >= 0; k-- {
+			dst := s.head + k + m
+			if dst >= size {
+				dst -= size
+			}
+			s.ring[dst] = s.at(k)
+		}
+		if s.head += m; s.head >= size {
+			s.head -= size
+		}
+		s.n -= m
+		return
+	}
 	for k := j; k < s.n; k++ {
 		dst := s.head + k - m
 		if dst >= size {

@@ -298,7 +298,7 @@ func (l *limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Deci
 			return ratelimit.Decision{}, err
 		}
 		if !res.OK() || res.Delay() > 0 {
-			res.Cancel()
+			giveBack(res)
 			d := res.Decision()
 			d.Allowed = false
 			return d, nil
@@ -309,7 +309,7 @@ func (l *limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Deci
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			if held != nil {
-				held.Cancel()
+				giveBack(held)
 			}
 			return ratelimit.Decision{}, cerr
 		}
@@ -328,7 +328,7 @@ func (l *limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Deci
 	d := p.alg.decision(&r, int64(n))
 	switch {
 	case held != nil && !r.ok:
-		held.Cancel()
+		giveBack(held)
 	case held == nil && l.local != nil && r.ok && n > 0:
 		l.mirror(key, n)
 	}
@@ -625,6 +625,16 @@ func (l *limiter) settle(key string, n, actual int, token string, same bool, mir
 
 var errNoLocal = errors.New("no local booking")
 
+// giveBack undoes a local booking whose events never acted: Redis refused
+// them, or the call was abandoned. It settles the booking at 0 rather
+// than cancelling it: Cancel gives nothing back once the time to act has
+// passed, and over a round trip it has, though nothing acted.
+func giveBack(r *ratelimit.Reservation) {
+	if _, err := r.Settle(0); errors.Is(err, ratelimit.ErrCannotSettle) {
+		r.Cancel()
+	}
+}
+
 // openReservation is FailOpen's booking of n events: OK at once, as for a
 // key without history, and settled as one (nothing is recorded).
 func (l *limiter) openReservation(p *setting, n int) *ratelimit.Reservation {
@@ -672,7 +682,7 @@ func (l *limiter) Take(ctx context.Context, key string, n int) (*ratelimit.Reser
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			if held != nil {
-				held.Cancel()
+				giveBack(held)
 			}
 			return nil, cerr
 		}
@@ -690,7 +700,7 @@ func (l *limiter) Take(ctx context.Context, key string, n int) (*ratelimit.Reser
 	}
 	if !r.ok {
 		if held != nil {
-			held.Cancel()
+			giveBack(held)
 		}
 		return ratelimit.NewReservation(l.cfg.clock, false, p.alg.decision(&r, int64(n)), l.cfg.clock.Now(), nil), nil
 	}

@@ -9,12 +9,13 @@
 //     allowed its n events; then every limit holds one booking of n, and
 //     the request's Charge holds them all.
 //  2. A denied request keeps no booking: what was booked before the
-//     denial is cancelled, latest first, so each is given back as
-//     Reservation.Cancel gives back a key's latest booking. With more than
+//     denial is undone, latest first, by settling it at 0, so each is
+//     given back as a key's latest booking is, even once its time to act
+//     has passed (nothing acted). With more than
 //     one enforced limit, each is peeked at before anything is booked, so
 //     that a limit short of room denies before the others book: only a
 //     race lost between the peek and the booking leaves bookings to
-//     cancel, and a concurrent booking on the same key can then keep a
+//     undo, and a concurrent booking on the same key can then keep a
 //     bucket's give-back from being whole (the bound still holds: the
 //     limiter counts more, never less).
 //  3. Shadow limits (ratelimit.Shadow) are charged last, with AllowN,
@@ -31,6 +32,7 @@ package charge
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/ratelimitkit/ratelimit"
@@ -129,7 +131,7 @@ func probe(ctx context.Context, n int, limits []Limit, ds []ratelimit.Decision, 
 			denied = true
 			continue
 		}
-		r.Cancel() // the latest booking on the key: given back whole
+		giveBack(r) // the latest booking on the key: given back whole
 		if ds[i], err = peek(ctx, l); err != nil {
 			return false, err
 		}
@@ -152,9 +154,20 @@ func peek(ctx context.Context, l *Limit) (ratelimit.Decision, error) {
 func cancelAll(limits []Limit, res []*ratelimit.Reservation) {
 	for i := len(limits) - 1; i >= 0; i-- {
 		if res[i] != nil {
-			res[i].Cancel()
+			giveBack(res[i])
 			res[i] = nil
 		}
+	}
+}
+
+// giveBack undoes a booking whose events never acted. It settles it at 0
+// rather than cancelling it: Cancel gives nothing back once the time to
+// act has passed, and on a real clock it has by the time the booking is
+// undone, though nothing acted. A reservation that cannot settle is
+// cancelled.
+func giveBack(r *ratelimit.Reservation) {
+	if _, err := r.Settle(0); errors.Is(err, ratelimit.ErrCannotSettle) {
+		r.Cancel()
 	}
 }
 

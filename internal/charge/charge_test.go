@@ -157,3 +157,63 @@ func TestChargeSettle(t *testing.T) {
 		t.Errorf("Unsettled: %v", err)
 	}
 }
+
+// ticking is a real limiter on a clock that moves on a little after each
+// booking, as any real clock does between a booking and its give-back.
+type ticking struct {
+	*ratelimit.TokenBucket
+	clock *ratelimit.ManualClock
+}
+
+func (l *ticking) Take(ctx context.Context, key string, n int) (*ratelimit.Reservation, error) {
+	r, err := l.TokenBucket.Take(ctx, key, n)
+	if n > 0 {
+		l.clock.Advance(time.Microsecond)
+	}
+	return r, err
+}
+
+// A denial gives back what was booked before it even though the clock has
+// moved past the bookings' time to act: nothing acted, so nothing stays
+// taken. (Cancel gives nothing back once the time to act has passed.)
+func TestTakeGivesBackAfterTimeToAct(t *testing.T) {
+	clock := ratelimit.NewManualClock(t0)
+	a := &ticking{TokenBucket: bucket(t, 10, clock), clock: clock}
+	b := &between{TokenBucket: bucket(t, 4, clock)}
+	b.after = func() { b.TokenBucket.AllowN(context.Background(), "k", 3) } // someone takes 3 of b's 4
+	ok, _, res := take(t, 2, Limit{Taker: a, Key: "k"}, Limit{Taker: b, Key: "k"})
+	if ok || res[0] != nil || res[1] != nil {
+		t.Fatalf("allowed %v, bookings %v", ok, res)
+	}
+	if got := left(t, a, "k"); got != 10 {
+		t.Errorf("a has %d left after a denied request, want 10: the rolled-back booking stayed taken", got)
+	}
+
+	// The probing booking of a stale peek is given back too.
+	clock2 := ratelimit.NewManualClock(t0)
+	c := &ticking{TokenBucket: bucket(t, 10, clock2), clock: clock2}
+	d := &between{TokenBucket: bucket(t, 4, clock2)}
+	other, _ := d.TokenBucket.Take(context.Background(), "k", 3)
+	d.after = func() { other.Settle(0) } // d: 1 left at the peek, 4 after
+	ok, _, res = take(t, 2, Limit{Taker: c, Key: "k"}, Limit{Taker: &tickingBetween{d, clock2}, Key: "k"})
+	if !ok || res[0] == nil || res[1] == nil {
+		t.Fatalf("allowed %v, bookings %v", ok, res)
+	}
+	if got := left(t, d.TokenBucket, "k"); got != 2 {
+		t.Errorf("d has %d left, want 2: the probing booking stayed taken", got)
+	}
+}
+
+// tickingBetween is between on a clock that moves on after each booking.
+type tickingBetween struct {
+	*between
+	clock *ratelimit.ManualClock
+}
+
+func (l *tickingBetween) Take(ctx context.Context, key string, n int) (*ratelimit.Reservation, error) {
+	r, err := l.between.Take(ctx, key, n)
+	if n > 0 {
+		l.clock.Advance(time.Microsecond)
+	}
+	return r, err
+}
