@@ -290,10 +290,11 @@ func (p *slParams) unstep(s *slState, n int64, b booked, at int64) {
 	s.remove(b.act, n)
 }
 
-// remove removes up to n instants equal to act from the log.
-func (s *slState) remove(act, n int64) {
+// remove removes up to n instants equal to act from the log, and says how
+// many other instants it moved to close the gap.
+func (s *slState) remove(act, n int64) (moved int32) {
 	if s.n == 0 {
-		return
+		return 0
 	}
 	// The instants equal to act are [i, j); remove m of them, closing the
 	// gap from the shorter side: the i older instants move forward (the
@@ -304,7 +305,7 @@ func (s *slState) remove(act, n int64) {
 	i, j := s.after(act-1), s.after(act)
 	m := min(int32(n), j-i)
 	if m == 0 {
-		return
+		return 0
 	}
 	size := int32(len(s.ring))
 	if i < s.n-j {
@@ -319,7 +320,7 @@ func (s *slState) remove(act, n int64) {
 			s.head -= size
 		}
 		s.n -= m
-		return
+		return i
 	}
 	for k := j; k < s.n; k++ {
 		dst := s.head + k - m
@@ -328,7 +329,9 @@ func (s *slState) remove(act, n int64) {
 		}
 		s.ring[dst] = s.at(k)
 	}
+	moved = s.n - j
 	s.n -= m
+	return moved
 }
 
 // settle: a surplus of k = n − actual events comes back, at any time, as
