@@ -2,6 +2,7 @@ package redis
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -165,6 +166,43 @@ func TestSettleHugeDebt(t *testing.T) {
 			}
 			if d, err := rds.AllowN(bg, "k", 1); err != nil || d.Allowed {
 				t.Errorf("%s: after a huge debt: %+v %v", c.name, d, err)
+			}
+		}
+	}
+}
+
+// Bookings on a sliding log settled in the order they were made (the
+// oldest first, as requests finish) and in the reverse order each give
+// back exactly their instants: the give-back scans from whichever end of
+// the log holds them.
+func TestSlidingLogSettleEitherOrder(t *testing.T) {
+	client := newClient(t, redisAddr(t), true)
+	const L = 40 // more than the script reads from the log's start at once
+	for _, oldestFirst := range []bool{true, false} {
+		mc := ratelimit.NewManualClock(start)
+		sl, err := NewSlidingLog(client, ratelimit.Per(L, time.Hour),
+			WithPrefix(testPrefix(t)+fmt.Sprint(oldestFirst)), WithClock(mc), withClockTime(60_000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs := make([]*ratelimit.Reservation, L)
+		for i := range rs {
+			if rs[i], err = sl.Take(bg, "k", 1); err != nil || !rs[i].OK() {
+				t.Fatalf("Take %d: %v", i, err)
+			}
+			mc.Advance(time.Millisecond)
+		}
+		for i := range rs {
+			j := i
+			if !oldestFirst {
+				j = L - 1 - i
+			}
+			d, err := rs[j].Settle(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Remaining != i+1 {
+				t.Fatalf("oldest first %v: after %d settlements %d remain, want %d", oldestFirst, i+1, d.Remaining, i+1)
 			}
 		}
 	}
