@@ -697,24 +697,9 @@ func raceRateChanges(t *testing.T, c rateChangeCase, seed uint64) int {
 	}
 	defer lim.Close()
 	unit := max(c.period/time.Duration(max(c.a[0], c.b[0])), 1)
-	maxN := int(min(c.a[1], c.b[1])) // valid under both: no ErrExceedsLimit race to sort out
-	var mu sync.Mutex
-	var evs []actEvent
-	record := func(t int64, n int) {
-		mu.Lock()
-		evs = append(evs, actEvent{"k", t, n})
-		mu.Unlock()
-	}
-	var wg sync.WaitGroup
-	done := make(chan struct{})
-	wg.Go(func() { // the operator
-		rng := rand.New(rand.NewPCG(seed, 99))
-		for i := 0; ; i++ {
-			select {
-			case <-done:
-				return
-			case <-time.After(time.Duration(rng.Int64N(int64(3 * unit)))):
-			}
+	return raceCallers(t, lim, c, seed, []string{"k"}, raceOperator{
+		every: 3 * unit, stream: 99,
+		act: func(i int, _ *rand.Rand) {
 			cfg := c.a
 			if i%2 == 0 {
 				cfg = c.b
@@ -722,28 +707,74 @@ func raceRateChanges(t *testing.T, c rateChangeCase, seed uint64) int {
 			if err := c.alg.setRate(lim, c.rate(cfg), int(cfg[1])); err != nil {
 				t.Error(err)
 			}
-		}
+		},
 	})
+}
+
+// raceOperator is a goroutine of raceCallers that changes the limiter:
+// act(i, rng) for i = 0, 1, ... at random intervals below every, drawn
+// from its own stream of the seed.
+type raceOperator struct {
+	every  time.Duration
+	stream uint64
+	act    func(i int, rng *rand.Rand)
+}
+
+// raceCallers races, in a synctest bubble, eight goroutines of 25 calls
+// each on keys of lim (Allow, AllowN, Reserve, some cancelled, WaitN, some
+// with deadlines) against the operators, each in a goroutine of its own,
+// until the callers are done. Every booking granted is accounted for
+// (acted, or cancelled before it was due); each key's events must keep
+// c's bound. It returns how many events acted.
+func raceCallers(t *testing.T, lim testLimiter, c rateChangeCase, seed uint64, keys []string, operators ...raceOperator) int {
+	unit := max(c.period/time.Duration(max(c.a[0], c.b[0])), 1)
+	maxN := int(min(c.a[1], c.b[1])) // valid under both: no ErrExceedsLimit race to sort out
+	var mu sync.Mutex
+	evs := map[string][]actEvent{}
+	record := func(key string, t int64, n int) {
+		mu.Lock()
+		evs[key] = append(evs[key], actEvent{key, t, n})
+		mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	for _, op := range operators {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(seed, op.stream))
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				case <-time.After(time.Duration(rng.Int64N(int64(op.every)))):
+				}
+				op.act(i, rng)
+			}
+		})
+	}
 	var callers sync.WaitGroup
 	for g := range uint64(8) {
 		rng := rand.New(rand.NewPCG(seed, g))
 		callers.Go(func() {
 			for range 25 {
 				time.Sleep(time.Duration(rng.Int64N(int64(2 * unit))))
+				key := keys[0]
+				if len(keys) > 1 {
+					key = keys[rng.IntN(len(keys))]
+				}
 				n := 1 + rng.IntN(maxN)
 				switch rng.IntN(4) {
 				case 0:
-					if lim.Allow("k") {
-						record(time.Now().UnixNano(), 1)
+					if lim.Allow(key) {
+						record(key, time.Now().UnixNano(), 1)
 					}
 				case 1:
-					if d, err := lim.AllowN(bg, "k", n); err != nil {
+					if d, err := lim.AllowN(bg, key, n); err != nil {
 						t.Error(err)
 					} else if d.Allowed {
-						record(time.Now().UnixNano(), n)
+						record(key, time.Now().UnixNano(), n)
 					}
 				case 2:
-					r, err := lim.Reserve(bg, "k", n)
+					r, err := lim.Reserve(bg, key, n)
 					if err != nil {
 						t.Error(err)
 						continue
@@ -760,16 +791,16 @@ func raceRateChanges(t *testing.T, c rateChangeCase, seed uint64) int {
 							continue // given back, or kept unused: it does not act
 						}
 					}
-					record(act, n)
+					record(key, act, n)
 				default:
 					ctx, cancel := context.WithCancel(bg)
 					if rng.IntN(2) == 0 { // a deadline, often too short
 						ctx, cancel = context.WithTimeout(bg, time.Duration(rng.Int64N(int64(6*unit))))
 					}
-					err := lim.WaitN(ctx, "k", n)
+					err := lim.WaitN(ctx, key, n)
 					cancel()
 					if err == nil {
-						record(time.Now().UnixNano(), n)
+						record(key, time.Now().UnixNano(), n)
 					} else if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrLimited) {
 						t.Errorf("WaitN: %v", err)
 					}
@@ -780,10 +811,14 @@ func raceRateChanges(t *testing.T, c rateChangeCase, seed uint64) int {
 	callers.Wait()
 	close(done)
 	wg.Wait()
-	if err := c.check()(evs); err != nil {
-		t.Fatalf("seed %d: %v", seed, err)
+	total := 0
+	for _, key := range keys {
+		if err := c.check()(evs[key]); err != nil {
+			t.Fatalf("seed %d key %s: %v", seed, key, err)
+		}
+		total += len(evs[key])
 	}
-	return len(evs)
+	return total
 }
 
 // FuzzTokenBucketSetRate: a bucket at any rate and capacity, drained by

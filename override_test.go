@@ -699,118 +699,29 @@ func raceOverrides(t *testing.T, c rateChangeCase, seed uint64) int {
 	defer lim.Close()
 	keys := []string{"k0", "k1"}
 	unit := max(c.period/time.Duration(max(c.a[0], c.b[0])), 1)
-	maxN := int(min(c.a[1], c.b[1])) // valid under both
-	var mu sync.Mutex
-	evs := map[string][]actEvent{}
-	record := func(key string, t int64, n int) {
-		mu.Lock()
-		evs[key] = append(evs[key], actEvent{key, t, n})
-		mu.Unlock()
+	pick := func(rng *rand.Rand) [2]int64 {
+		if rng.IntN(2) == 0 {
+			return c.b
+		}
+		return c.a
 	}
-	var wg sync.WaitGroup
-	done := make(chan struct{})
-	wg.Go(func() { // the operator
-		rng := rand.New(rand.NewPCG(seed, 99))
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(time.Duration(rng.Int64N(int64(3 * unit)))):
-			}
-			cfg := c.a
-			if rng.IntN(2) == 0 {
-				cfg = c.b
-			}
+	return raceCallers(t, lim, c, seed, keys,
+		raceOperator{every: 3 * unit, stream: 99, act: func(_ int, rng *rand.Rand) { // the keys' overrides
+			cfg := pick(rng)
 			key := keys[rng.IntN(len(keys))]
 			if rng.IntN(3) == 0 {
 				lim.RemoveOverride(key)
 			} else if err := c.alg.setOverride(lim, key, c.rate(cfg), int(cfg[1])); err != nil {
 				t.Error(err)
 			}
-		}
-	})
-	wg.Go(func() { // another, changing the limiter's rate at the same time
-		rng := rand.New(rand.NewPCG(seed, 98))
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(time.Duration(rng.Int64N(int64(4 * unit)))):
-			}
-			cfg := c.a
-			if rng.IntN(2) == 0 {
-				cfg = c.b
-			}
+		}},
+		raceOperator{every: 4 * unit, stream: 98, act: func(_ int, rng *rand.Rand) { // the limiter's rate, at the same time
+			cfg := pick(rng)
 			if err := c.alg.setRate(lim, c.rate(cfg), int(cfg[1])); err != nil {
 				t.Error(err)
 			}
-		}
-	})
-	var callers sync.WaitGroup
-	for g := range uint64(8) {
-		rng := rand.New(rand.NewPCG(seed, g))
-		callers.Go(func() {
-			for range 25 {
-				time.Sleep(time.Duration(rng.Int64N(int64(2 * unit))))
-				key := keys[rng.IntN(len(keys))]
-				n := 1 + rng.IntN(maxN)
-				switch rng.IntN(4) {
-				case 0:
-					if lim.Allow(key) {
-						record(key, time.Now().UnixNano(), 1)
-					}
-				case 1:
-					if d, err := lim.AllowN(bg, key, n); err != nil {
-						t.Error(err)
-					} else if d.Allowed {
-						record(key, time.Now().UnixNano(), n)
-					}
-				case 2:
-					r, err := lim.Reserve(bg, key, n)
-					if err != nil {
-						t.Error(err)
-						continue
-					}
-					if !r.OK() {
-						continue
-					}
-					act := r.TimeToAct().UnixNano()
-					if rng.IntN(2) == 0 {
-						time.Sleep(time.Duration(rng.Int64N(int64(3 * unit))))
-						now := time.Now().UnixNano()
-						r.Cancel()
-						if now <= act {
-							continue
-						}
-					}
-					record(key, act, n)
-				default:
-					ctx, cancel := context.WithCancel(bg)
-					if rng.IntN(2) == 0 {
-						ctx, cancel = context.WithTimeout(bg, time.Duration(rng.Int64N(int64(6*unit))))
-					}
-					err := lim.WaitN(ctx, key, n)
-					cancel()
-					if err == nil {
-						record(key, time.Now().UnixNano(), n)
-					} else if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrLimited) {
-						t.Errorf("WaitN: %v", err)
-					}
-				}
-			}
-		})
-	}
-	callers.Wait()
-	close(done)
-	wg.Wait()
-	total := 0
-	for _, key := range keys {
-		if err := c.check()(evs[key]); err != nil {
-			t.Fatalf("seed %d key %s: %v", seed, key, err)
-		}
-		total += len(evs[key])
-	}
-	return total
+		}},
+	)
 }
 
 // TestOverrideRacesCreationAndDrop: SetOverride and RemoveOverride race
