@@ -97,6 +97,6 @@
 //     rest.
 //
 // Tables have any size, not only powers of two (a key's home slot is its
-// tag scaled to the table's length), and grow by half at a load of
-// maxLoad, so the load stays between about 0.55 and 0.85.
+// tag scaled to the table's length), and grow by a quarter at a load of
+// maxLoad, so the load stays between about 0.68 and 0.85.
 package keystore

@@ -139,12 +139,16 @@ const (
 	fastTries  = 4
 	queueTries = 8
 
-	// maxLoad is the load at which a table grows by half (so to about
-	// 0.57); after a sweep, it grows only if more than sweptLoad full,
+	// maxLoad is the load at which a table grows by a quarter (so to
+	// about 0.68); after a sweep, it grows only if more than sweptLoad full,
 	// which spaces sweeps at least (maxLoad-sweptLoad)·len inserts apart.
 	// Linear probing at 0.85 costs about 3.8 probes to find a key and 23
 	// to find a free slot; tags are compared first, so a probe that does
-	// not match costs no key comparison.
+	// not match costs no key comparison. Growing by a quarter rather than
+	// by half copies each key about five times over its table's growth
+	// instead of three, and keeps the slots of a flood of small keys
+	// within 32/0.68 bytes a key (47 for a 24-byte state) at every count,
+	// where growing by half reached 56.
 	maxLoad   = 0.85
 	sweptLoad = 0.65
 
@@ -546,7 +550,7 @@ func (st *Store[S]) insert(sh *shard[S], key string, tag uint64, now int64) (*sl
 	if float64(sh.n+1) > maxLoad*float64(sh.slots()) {
 		st.sweepShard(sh, now, false)
 		if float64(sh.n+1) > sweptLoad*float64(sh.slots()) {
-			sh.rebuild(max(minSlots, sh.slots()*3/2), false)
+			sh.rebuild(max(minSlots, sh.slots()*5/4), false)
 		}
 	}
 	if uint64(sh.used+need) > st.arenaMax || sh.dead*2 > sh.used {
