@@ -185,3 +185,33 @@ func (u benchUser) Allow(key string) bool {
 }
 
 func (u benchUser) Stats() Stats { return u.st.Stats() }
+
+// BenchmarkHotKeys is keys hot keys in one shard, each goroutine of
+// RunParallel stepping them in turn: with one key, the hot-key hint
+// (rule 13) serves every call; with two or more, the keys take the hint
+// from each other whenever one is met locked, the worst case for it.
+// Run it at -cpu 1,2,4,8.
+func BenchmarkHotKeys(b *testing.B) {
+	for _, keys := range []int{1, 2, 4} {
+		b.Run("keys="+strconv.Itoa(keys), func(b *testing.B) {
+			st := newHotStore(1)
+			names := make([]string, keys)
+			for i := range names {
+				names[i] = "hot-" + strconv.Itoa(i)
+				h, _ := st.Take(names[i], 0, true)
+				h.Release()
+			}
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					h, _ := st.Take(names[i], 0, true)
+					h.State().steps++
+					h.Release()
+					if i++; i == keys {
+						i = 0
+					}
+				}
+			})
+		})
+	}
+}

@@ -95,6 +95,24 @@
 //     key's bytes when it is set, so that a caller can keep a few keys
 //     apart (the limiters' per-key overrides) without a lookup for the
 //     rest.
+//  13. A shard remembers its hot key: the slot, and the exact unlocked
+//     header, of the last key a reader met locked by others (a key shared
+//     by many goroutines, such as a global bucket). A reader whose key
+//     has the hint's tag, and whose bytes are at the header's offset in
+//     the arena, takes the lock bit by a compare-and-swap on that header
+//     straight away, without probing (a load and then a compare-and-swap
+//     move a contended cache line between cores twice, the
+//     compare-and-swap alone once). This is sound because a slot holds a
+//     given unlocked header only while it holds that key: a header holds
+//     the key's arena offset, offsets are never reused within a table's
+//     slots (an arena only grows, in place or by a copy sharing the
+//     slots, until a rebuild makes new slots), a key only moves back
+//     towards its home slot, and old slots stay locked for good or empty.
+//     The hint's two words are read apart, and either may be out of date:
+//     a mismatch costs one failed compare-and-swap, after which the
+//     reader goes the usual way and makes its key the hint. The hint is
+//     written only when it changes, and cleared when the table is
+//     rebuilt, so it holds no old table alive.
 //
 // Tables have any size, not only powers of two (a key's home slot is its
 // tag scaled to the table's length), and grow by a quarter at a load of

@@ -58,7 +58,13 @@ type shard[S any] struct {
 	// tab is the current table, read without a lock; nil when the shard
 	// holds no key. It is replaced only under mu.
 	tab atomic.Pointer[table[S]]
-	_   [56]byte // keep tab, read by every call, off the line mu is on
+	// hotSlot and hotHdr are the hint to the shard's hot key (rule 13):
+	// a slot and the unlocked header it held, each read and written
+	// atomically but not together (a reader checks what it gets). On
+	// tab's line: read by every call, written only when they change.
+	hotSlot atomic.Pointer[slot[S]]
+	hotHdr  atomic.Uint64
+	_       [40]byte // keep the line read by every call off the line mu is on
 
 	mu sync.Mutex
 	// queue is where callers on a key held by others wait their turn
@@ -273,14 +279,70 @@ func (st *Store[S]) Take(key string, now int64, create bool) (h Handle[S], fresh
 	hs := maphash.String(st.seed, key)
 	sh := &st.shards[hs&st.shardMask]
 	tag := tagOf(hs)
+	hinted := false
+	if sh.hotSlot.Load() != nil {
+		var sl *slot[S]
+		var rel uint64
+		if sl, rel, hinted = sh.takeHot(key, tag); sl != nil {
+			return Handle[S]{sl: sl, rel: rel, sh: sh}, false
+		}
+	}
 	sl, rel, busy := sh.find(key, tag, fastTries)
 	if sl != nil {
+		if hinted { // the hint is out of date
+			sh.remember(sl, rel)
+		}
 		return Handle[S]{sl: sl, rel: rel, sh: sh}, false
 	}
 	if busy {
 		return st.takeQueued(sh, key, tag, now, create)
 	}
 	return st.takeSlow(sh, key, tag, now, create)
+}
+
+// takeHot takes key's slot through the shard's hot-key hint (rule 13): if
+// the hint has key's tag, one compare-and-swap on the header it names,
+// then a check of the key's bytes with the lock bit held. It returns a nil
+// slot if that fails, with hinted set if the hint had key's tag.
+func (sh *shard[S]) takeHot(key string, tag uint64) (sl *slot[S], rel uint64, hinted bool) {
+	sl = sh.hotSlot.Load()
+	if sl == nil {
+		return nil, 0, false
+	}
+	w := sh.hotHdr.Load()
+	if w&tagBits != tag {
+		return nil, 0, false
+	}
+	// The key's bytes are checked before the lock is taken, in the arena
+	// of a table loaded after the hint: the hint's slot, if it still
+	// holds w unlocked, is one of that table's slots, or of a copy of it
+	// with the same bytes at w's offset (old slots stay locked).
+	if t := sh.tab.Load(); t == nil || w&lockBit != 0 || !keyAt(t.keys, w&offMask, key) {
+		return nil, 0, true
+	}
+	if !atomic.CompareAndSwapUint64(&sl.hdr, w, w|lockBit) {
+		return nil, 0, true // held by another, or out of date
+	}
+	return sl, w | refBit, true
+}
+
+// remember makes sl, which the caller holds and will release with header
+// rel, the shard's hot-key hint (rule 13), writing only what changed.
+func (sh *shard[S]) remember(sl *slot[S], rel uint64) {
+	if sh.hotSlot.Load() != sl {
+		sh.hotSlot.Store(sl)
+	}
+	if sh.hotHdr.Load() != rel {
+		sh.hotHdr.Store(rel)
+	}
+}
+
+// forget clears the shard's hot-key hint. Requires sh.mu held.
+func (sh *shard[S]) forget() {
+	if sh.hotSlot.Load() != nil {
+		sh.hotSlot.Store(nil)
+		sh.hotHdr.Store(0)
+	}
 }
 
 // takeQueued is Take for a key find met locked by others fastTries times
@@ -298,6 +360,7 @@ func (st *Store[S]) takeQueued(sh *shard[S], key string, tag uint64, now int64, 
 		}
 		if w&lockBit == 0 {
 			if atomic.CompareAndSwapUint64(&sl.hdr, w, w|lockBit) {
+				sh.remember(sl, w|refBit)
 				return Handle[S]{sl: sl, rel: w | refBit, sh: sh, queued: true}, false
 			}
 			continue
@@ -401,8 +464,10 @@ func (h Handle[S]) Release() {
 // if it is there, takes its slot's lock bit. It returns a nil slot if the
 // key is absent, or, with busy set, if it is present but was locked by
 // others (a table being rebuilt, or another goroutine on the same key) at
-// each of tries looks.
+// each of tries looks. A key found after a look that met it locked
+// becomes the shard's hot key (rule 13).
 func (sh *shard[S]) find(key string, tag uint64, tries int) (*slot[S], uint64, bool) {
+	met := false
 	for try := 0; ; try++ {
 		t := sh.tab.Load()
 		if t == nil {
@@ -433,8 +498,12 @@ func (sh *shard[S]) find(key string, tag uint64, tries int) (*slot[S], uint64, b
 			}
 			if same {
 				if w&lockBit == 0 && atomic.CompareAndSwapUint64(&sl.hdr, w, w|lockBit) {
+					if met {
+						sh.remember(sl, w|refBit)
+					}
 					return sl, w | refBit, false
 				}
+				met = true
 				break // locked, or changed since: look again
 			}
 			if i++; i == n {
@@ -845,6 +914,7 @@ func (sh *shard[S]) maybeShrink() bool {
 	}
 	if sh.n == 0 {
 		sh.tab.Store(nil) // every slot is empty: no reader holds one
+		sh.forget()
 		sh.used, sh.dead, sh.cursor, sh.hand = 0, 0, 0, 0
 		return true
 	}
@@ -897,6 +967,8 @@ func (sh *shard[S]) rebuild(size int, compact bool) {
 		nt.keys = ob
 	}
 	sh.tab.Store(nt)
+	// The hint's slot, if any, is an old one now.
+	sh.forget()
 	if old != nil { // a caller parked on an old slot looks again on nt
 		for k := range old.slots {
 			if atomic.LoadUint64(&old.slots[k].hdr)&waitBit != 0 {

@@ -1,0 +1,198 @@
+package keystore
+
+import (
+	"hash/maphash"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// hotPair is a slot and a header it was seen holding, unlocked.
+type hotPair struct {
+	sl  *slot[testState]
+	hdr uint64
+}
+
+// Rule 13 whatever the hint says: the store against a map, as in
+// TestStoreAgainstMap, with the hint set before every look-up to a slot
+// and a header seen together at some earlier step (in this table or one
+// rebuilt since, the key perhaps moved, dropped or replaced), to a slot
+// and another slot's header, or to nothing. takeHot, called first, must
+// return a slot only when it is the key's own slot in the current table,
+// and the store must keep every value. The test fails if takeHot is never
+// right or never refuses: both cases must be exercised.
+func TestHotHintAnyValue(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, tc := range []struct{ keys, steps int }{{12, 40_000}, {300, 80_000}, {3000, 80_000}} {
+		st := newTestStore(0, 1)
+		sh := &st.shards[0]
+		ref := map[string]int64{}
+		// Two keys with the same tag, one of them hot, so that a hint can
+		// name an unlocked slot with the caller's tag holding another key.
+		pair := sameTag(st)
+		keyOf := func() string {
+			if rng.IntN(4) == 0 {
+				return pair[rng.IntN(2)]
+			}
+			return testKey(rng.IntN(tc.keys))
+		}
+		var seen []hotPair
+		record := func() {
+			t := sh.tab.Load()
+			if t == nil {
+				return
+			}
+			for k := 0; k < 8; k++ {
+				i := rng.IntN(len(t.slots))
+				if w := atomic.LoadUint64(&t.slots[i].hdr); w != 0 {
+					p := hotPair{&t.slots[i], w | refBit}
+					if len(seen) < 4096 {
+						seen = append(seen, p)
+					} else {
+						seen[rng.IntN(len(seen))] = p
+					}
+				}
+			}
+		}
+		var hits, misses int
+		hint := func(key string) {
+			switch r := rng.IntN(10); {
+			case r == 0 || len(seen) == 0:
+				sh.forget()
+			case r < 8:
+				p := seen[rng.IntN(len(seen))]
+				sh.hotSlot.Store(p.sl)
+				sh.hotHdr.Store(p.hdr)
+			default:
+				sh.hotSlot.Store(seen[rng.IntN(len(seen))].sl)
+				sh.hotHdr.Store(seen[rng.IntN(len(seen))].hdr)
+			}
+			// A hint for this very key, when it was seen: the cases that
+			// may succeed.
+			if rng.IntN(2) == 0 {
+				if tab := sh.tab.Load(); tab != nil {
+					if i, _ := tab.index(key, tagOf(maphash.String(st.seed, key))); i >= 0 && rng.IntN(2) == 0 {
+						sh.hotSlot.Store(&tab.slots[i])
+						sh.hotHdr.Store(atomic.LoadUint64(&tab.slots[i].hdr) | refBit)
+					}
+				}
+			}
+			tag := tagOf(maphash.String(st.seed, key))
+			sl, rel, _ := sh.takeHot(key, tag)
+			if sl == nil {
+				misses++
+				return
+			}
+			hits++
+			tab := sh.tab.Load()
+			i, _ := tab.index(key, tag)
+			if i < 0 || &tab.slots[i] != sl {
+				t.Fatalf("%+v: takeHot(%q) took a slot that is not the key's (index %d)", tc, key, i)
+			}
+			sl.unlock(sh, rel)
+		}
+		check := func(step int, key string) {
+			hint(key)
+			got, ok := storeGet(st, key)
+			want, wok := ref[key]
+			switch {
+			case ok && wok && got == want:
+			case !ok && (!wok || want%2 == 0):
+				delete(ref, key) // at rest: dropping it is allowed
+			default:
+				t.Fatalf("%+v step %d: get %q = %d,%v want %d,%v", tc, step, key, got, ok, want, wok)
+			}
+		}
+		for i := 0; i < tc.steps; i++ {
+			key := keyOf()
+			switch op := rng.IntN(100); {
+			case op < 60:
+				check(i, key)
+				v := rng.Int64N(1000)
+				hint(key)
+				storeSet(st, key, v)
+				ref[key] = v
+			case op < 98:
+				check(i, key)
+			default:
+				st.Sweep(0)
+				for k, v := range ref {
+					if v%2 == 0 {
+						delete(ref, k)
+					}
+				}
+			}
+			record()
+			if i%(tc.steps/20) == 0 {
+				checkStore(t, st)
+			}
+		}
+		for k := range ref {
+			check(-1, k)
+		}
+		checkStore(t, st)
+		if hits < tc.steps/20 || misses < tc.steps/20 {
+			t.Fatalf("%+v: takeHot took %d slots and refused %d: the test does not exercise both", tc, hits, misses)
+		}
+	}
+}
+
+// sameTag returns two keys with the same tag in st.
+func sameTag(st *Store[testState]) [2]string {
+	seen := map[uint64]string{}
+	for i := 0; ; i++ {
+		k := "tag-" + strconv.Itoa(i)
+		tag := tagOf(maphash.String(st.seed, k))
+		if o, ok := seen[tag]; ok {
+			return [2]string{o, k}
+		}
+		seen[tag] = k
+	}
+}
+
+// A key met locked by another becomes its shard's hot key, and a later
+// Take on it goes through the hint; a rebuild forgets the hint.
+func TestHotHintFollowsContention(t *testing.T) {
+	st := newHotStore(1)
+	sh := &st.shards[0]
+	h, _ := st.Take("hot", 0, true)
+	h.Release()
+	if sh.hotSlot.Load() != nil {
+		t.Fatal("an uncontended key became the hot key")
+	}
+	h, _ = st.Take("hot", 0, true)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		h2, _ := st.Take("hot", 0, true)
+		h2.State().steps++
+		h2.Release()
+	})
+	for atomic.LoadUint64(&h.sl.hdr)&waitBit == 0 { // the other is parked
+		runtime.Gosched()
+	}
+	h.State().steps++
+	h.Release()
+	wg.Wait()
+	if sh.hotSlot.Load() != h.sl || sh.hotHdr.Load() != h.rel {
+		t.Fatalf("after contention the hint is %p/%#x, want the key's slot %p/%#x", sh.hotSlot.Load(), sh.hotHdr.Load(), h.sl, h.rel)
+	}
+	tag := tagOf(maphash.String(st.seed, "hot"))
+	sl, rel, hinted := sh.takeHot("hot", tag)
+	if sl != h.sl || !hinted {
+		t.Fatalf("takeHot = %p, %v; want the key's slot %p", sl, hinted, h.sl)
+	}
+	if got := sl.s.steps; got != 2 {
+		t.Fatalf("the key counts %d steps, want 2", got)
+	}
+	sl.unlock(sh, rel)
+	sh.mu.Lock()
+	sh.rebuild(sh.slots(), true)
+	sh.mu.Unlock()
+	if sh.hotSlot.Load() != nil {
+		t.Fatal("a rebuild kept the hint to an old slot")
+	}
+	checkStore(t, st)
+}
