@@ -151,31 +151,34 @@ func BenchmarkClockFloor(b *testing.B) {
 	})
 }
 
-// BenchmarkBytesPerKey measures the live heap each key costs: 100,000 keys
-// of about 10 bytes, each allowed once by a new limiter, reported as B/key
-// (table slots at their load, key bytes and, for the sliding log, its ring
-// of L instants). ns/op is meaningless here.
+// BenchmarkBytesPerKey measures the live heap each key costs: 10,000,
+// 100,000 and 1,000,000 keys of about 10 bytes, each allowed once by a new
+// limiter, reported as B/key (table slots at their load, key bytes and,
+// for the sliding log, its ring of L instants). ns/op is meaningless here:
+// run it with -benchtime 1x.
 func BenchmarkBytesPerKey(b *testing.B) {
-	keys := benchKeys()[:100_000]
-	for _, alg := range allowAlgorithms() {
-		b.Run(alg.name, func(b *testing.B) {
-			var perKey float64
-			for b.Loop() {
-				base := liveHeap()
-				lim, err := alg.allow()
-				if err != nil {
-					b.Fatal(err)
+	for _, n := range []int{10_000, 100_000, 1_000_000} {
+		keys := benchKeys()[:n]
+		for _, alg := range allowAlgorithms() {
+			b.Run("keys="+strconv.Itoa(n)+"/"+alg.name, func(b *testing.B) {
+				var perKey float64
+				for b.Loop() {
+					base := liveHeap()
+					lim, err := alg.allow()
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, k := range keys {
+						lim.Allow(k)
+					}
+					perKey = float64(liveHeap()-base) / float64(len(keys))
+					if st, ok := lim.(interface{ Stats() Stats }); ok && st.Stats().Keys != len(keys) {
+						b.Fatalf("%d keys held, want %d", st.Stats().Keys, len(keys))
+					}
+					runtime.KeepAlive(lim)
 				}
-				for _, k := range keys {
-					lim.Allow(k)
-				}
-				perKey = float64(liveHeap()-base) / float64(len(keys))
-				if st, ok := lim.(interface{ Stats() Stats }); ok && st.Stats().Keys != len(keys) {
-					b.Fatalf("%d keys held, want %d", st.Stats().Keys, len(keys))
-				}
-				runtime.KeepAlive(lim)
-			}
-			b.ReportMetric(perKey, "B/key")
-		})
+				b.ReportMetric(perKey, "B/key")
+			})
+		}
 	}
 }
