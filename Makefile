@@ -73,8 +73,9 @@ lint: vet
 ## in each round after the rest, at -cpu CPUS (default 1,2,4,8; more goroutines than
 ## cores shows what a spinning lock costs when its holder is descheduled);
 ## BENCH=Contended runs it alone; CONTENDED= (empty) leaves it out.
-## BenchmarkRedis is left to make bench-redis. RATIOSFLAGS=-targets adds
-## the project's performance targets to the ratios, checked on the run.
+## BenchmarkRedis is left to make bench-redis. The ratios end with the
+## project's performance targets, checked on the run (RATIOSFLAGS= leaves
+## them out).
 ## A CPU profile of one row: make bench-profile PROFILE='OneKey/path=allow/impl=ours-tokenbucket/run=serial'
 COUNT ?= 6
 BENCHTIME ?= 300ms
@@ -84,7 +85,7 @@ MEMCOUNT ?= 1
 CONTENDED ?= $(if $(filter .,$(BENCH)),^BenchmarkContended$$,$(if $(findstring Contended,$(BENCH)),$(BENCH),))
 CPUS ?= 1,2,4,8
 BENCHRAW ?= bench.txt
-RATIOSFLAGS ?=
+RATIOSFLAGS ?= -targets
 BENCHWARN = if [ '$(COUNT)' -lt 2 ]; then echo "warning: COUNT=$(COUNT): one sample per benchmark gives no spread, and on a shared machine one sample can be off by 2x: do not quote these ratios (COUNT=3 or more)" >&2; fi
 bench: SHELL := /bin/bash
 bench: .SHELLFLAGS := -e -o pipefail -c

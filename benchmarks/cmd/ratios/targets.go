@@ -81,6 +81,7 @@ func (r *results) checks() []check {
 	for _, path := range []string{"allow", "deny"} {
 		sc := "OneKey/path=" + path + "/run=serial"
 		add(r.ratioCheck("one key, "+path+", serial: ≤ 0.45× xrate", sc, ourTB, "", "xrate", 0.45))
+		add(r.ratioCheck("one key, "+path+", serial: ≤ 1.2× failsafe (a single limiter, no key to find)", sc, ourTB, "", "failsafe", 1.2))
 		c := check{target: "one key, " + path + ", serial: ≤ 1.25× (time.Since + CAS)"}
 		if ns, ok := r.get(sc, ourTB, "ns/op"); ok && ok1 && ok2 {
 			floor := since + cas
@@ -94,6 +95,7 @@ func (r *results) checks() []check {
 	add(r.ratioCheck("10k keys, serial: ≤ 0.5× xrate-map", "Keys/keys=10k/run=serial", ourTB, "", "xrate-map", 0.5))
 	add(r.fasterCheck("10k keys, serial: faster than sethvargo", "Keys/keys=10k/run=serial", ourTB, "sethvargo"))
 	add(r.ratioCheck("1M keys, serial: ≤ 0.6× xrate-map", "Keys/keys=1M/run=serial", ourTB, "", "xrate-map", 0.6))
+	add(r.fasterCheck("1M keys, serial: faster than sethvargo", "Keys/keys=1M/run=serial", ourTB, "sethvargo"))
 
 	// Parallel on distinct keys: scales, and beats every peer's parallel figure.
 	for _, n := range []string{"10k", "1M"} {
