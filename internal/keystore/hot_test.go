@@ -196,3 +196,63 @@ func TestHotHintFollowsContention(t *testing.T) {
 	}
 	checkStore(t, st)
 }
+
+// Rule 13 with a hint from before a compaction: a reader that loaded the
+// hint (the hot key's slot and header) just before a rebuild compacted
+// the arena, and the table just after, while inserts append keys to the
+// new arena, in place, over the old header's offset. The old slot is
+// locked for good, so takeHot must refuse; and it must not read the
+// arena at an offset the header it holds no longer vouches for, bytes an
+// insert may be writing: under -race such a read is reported.
+func TestHotHintStaleAcrossCompaction(t *testing.T) {
+	st := newTestStore(0, 1)
+	sh := &st.shards[0]
+	const old = 2000
+	for i := range old {
+		storeSet(st, "k-"+strconv.Itoa(i), 1) // odd: not at rest
+	}
+	hot := "k-" + strconv.Itoa(old-1) // the last key in: the largest offset
+	tag := tagOf(maphash.String(st.seed, hot))
+	tab := sh.tab.Load()
+	i, _ := tab.index(hot, tag)
+	stale := hotPair{&tab.slots[i], atomic.LoadUint64(&tab.slots[i].hdr) | refBit}
+	for i := range old - 1 {
+		storeSet(st, "k-"+strconv.Itoa(i), 0) // at rest
+	}
+	st.Sweep(0) // drops all but the hot key: the table shrinks, the arena is compacted
+	if sh.tab.Load().keys == nil || uint64(sh.used) >= stale.hdr&offMask {
+		t.Fatalf("the arena was not compacted below the old offset %d (used %d)", stale.hdr&offMask, sh.used)
+	}
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	wg.Go(func() { // new keys, appended to the arena over the old offset
+		defer close(done)
+		for i := range 3 * old {
+			storeSet(st, "n-"+strconv.Itoa(i), 1)
+		}
+	})
+	var took atomic.Int64
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			sh.hotSlot.Store(stale.sl)
+			sh.hotHdr.Store(stale.hdr)
+			if sl, rel, _ := sh.takeHot(hot, tag); sl != nil {
+				took.Add(1)
+				sl.unlock(sh, rel)
+			}
+		}
+	})
+	wg.Wait()
+	if n := took.Load(); n != 0 {
+		t.Fatalf("takeHot took the hot key's old slot %d times", n)
+	}
+	if v, ok := storeGet(st, hot); !ok || v != 1 {
+		t.Fatalf("the hot key is %d,%v, want 1,true", v, ok)
+	}
+	checkStore(t, st)
+}

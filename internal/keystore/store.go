@@ -313,15 +313,17 @@ func (sh *shard[S]) takeHot(key string, tag uint64) (sl *slot[S], rel uint64, hi
 	if w&tagBits != tag {
 		return nil, 0, false
 	}
-	// The key's bytes are checked before the lock is taken, in the arena
-	// of a table loaded after the hint: the hint's slot, if it still
-	// holds w unlocked, is one of that table's slots, or of a copy of it
-	// with the same bytes at w's offset (old slots stay locked).
-	if t := sh.tab.Load(); t == nil || w&lockBit != 0 || !keyAt(t.keys, w&offMask, key) {
-		return nil, 0, true
-	}
-	if !atomic.CompareAndSwapUint64(&sl.hdr, w, w|lockBit) {
+	if w&lockBit != 0 || !atomic.CompareAndSwapUint64(&sl.hdr, w, w|lockBit) {
 		return nil, 0, true // held by another, or out of date
+	}
+	// The slot held w unlocked, so it is a slot of the current table
+	// (old slots stay locked) and holds the key at w's offset in its
+	// arena, whose bytes the compare-and-swap made ours to read. They are
+	// read only now: before it, the hint may be from a table since
+	// rebuilt, its offset pointing where an insert is writing.
+	if t := sh.tab.Load(); t == nil || !keyAt(t.keys, w&offMask, key) {
+		sl.unlock(sh, w) // another key with the same tag
+		return nil, 0, true
 	}
 	return sl, w | refBit, true
 }
