@@ -301,9 +301,9 @@ func (st *Store[S]) Take(key string, now int64, create bool) (h Handle[S], fresh
 }
 
 // takeHot takes key's slot through the shard's hot-key hint (rule 13): if
-// the hint has key's tag, one compare-and-swap on the header it names,
-// then a check of the key's bytes with the lock bit held. It returns a nil
-// slot if that fails, with hinted set if the hint had key's tag.
+// the hint has key's tag and key's bytes are at its offset, one
+// compare-and-swap on the header it names. It returns a nil slot if that
+// fails, with hinted set if the hint had key's tag.
 func (sh *shard[S]) takeHot(key string, tag uint64) (sl *slot[S], rel uint64, hinted bool) {
 	sl = sh.hotSlot.Load()
 	if sl == nil {
@@ -328,6 +328,9 @@ func (sh *shard[S]) takeHot(key string, tag uint64) (sl *slot[S], rel uint64, hi
 
 // remember makes sl, which the caller holds and will release with header
 // rel, the shard's hot-key hint (rule 13), writing only what changed.
+// Holding sl is what keeps the hint off old tables: a rebuild locks every
+// old slot, so waits for this caller, before it publishes the new table
+// and forgets the hint.
 func (sh *shard[S]) remember(sl *slot[S], rel uint64) {
 	if sh.hotSlot.Load() != sl {
 		sh.hotSlot.Store(sl)
