@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 )
@@ -190,8 +191,19 @@ func (u benchUser) Stats() Stats { return u.st.Stats() }
 // RunParallel stepping them in turn: with one key, the hot-key hint
 // (rule 13) serves every call; with two or more, the keys take the hint
 // from each other whenever one is met locked, the worst case for it.
-// Run it at -cpu 1,2,4,8.
+// Run it at -cpu 1,2,4,8. The baseline is one counter behind a sync.Mutex.
 func BenchmarkHotKeys(b *testing.B) {
+	b.Run("baseline=mutex", func(b *testing.B) {
+		var mu sync.Mutex
+		var steps int64
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				mu.Lock()
+				steps++
+				mu.Unlock()
+			}
+		})
+	})
 	for _, keys := range []int{1, 2, 4} {
 		b.Run("keys="+strconv.Itoa(keys), func(b *testing.B) {
 			st := newHotStore(1)

@@ -1,6 +1,7 @@
 package keystore
 
 import (
+	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
 	"runtime"
@@ -96,15 +97,7 @@ func TestHotHintAnyValue(t *testing.T) {
 		}
 		check := func(step int, key string) {
 			hint(key)
-			got, ok := storeGet(st, key)
-			want, wok := ref[key]
-			switch {
-			case ok && wok && got == want:
-			case !ok && (!wok || want%2 == 0):
-				delete(ref, key) // at rest: dropping it is allowed
-			default:
-				t.Fatalf("%+v step %d: get %q = %d,%v want %d,%v", tc, step, key, got, ok, want, wok)
-			}
+			checkGet(t, st, ref, key, fmt.Sprintf("%+v step %d", tc, step))
 		}
 		for i := 0; i < tc.steps; i++ {
 			key := keyOf()
@@ -118,12 +111,7 @@ func TestHotHintAnyValue(t *testing.T) {
 			case op < 98:
 				check(i, key)
 			default:
-				st.Sweep(0)
-				for k, v := range ref {
-					if v%2 == 0 {
-						delete(ref, k)
-					}
-				}
+				sweepRef(st, ref)
 			}
 			record()
 			if i%(tc.steps/20) == 0 {

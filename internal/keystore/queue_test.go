@@ -58,7 +58,7 @@ func TestQueueNoLostUpdateOrWakeup(t *testing.T) {
 					wg.Go(func() {
 						for i := range steps {
 							h, _ := st.Take("hot", 0, true)
-							if h.queued {
+							if h.slow { // a slot, taken through the queue
 								queued.Add(1)
 							}
 							s := h.State()

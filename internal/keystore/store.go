@@ -301,9 +301,9 @@ func (st *Store[S]) Take(key string, now int64, create bool) (h Handle[S], fresh
 }
 
 // takeHot takes key's slot through the shard's hot-key hint (rule 13): if
-// the hint has key's tag, one compare-and-swap on the header it names,
-// then a check of the key's bytes with the lock bit held. It returns a nil
-// slot if that fails, with hinted set if the hint had key's tag.
+// the hint has key's tag and key's bytes are at its offset, one
+// compare-and-swap on the header it names. It returns a nil slot if that
+// fails, with hinted set if the hint had key's tag.
 func (sh *shard[S]) takeHot(key string, tag uint64) (sl *slot[S], rel uint64, hinted bool) {
 	sl = sh.hotSlot.Load()
 	if sl == nil {
@@ -330,6 +330,9 @@ func (sh *shard[S]) takeHot(key string, tag uint64) (sl *slot[S], rel uint64, hi
 
 // remember makes sl, which the caller holds and will release with header
 // rel, the shard's hot-key hint (rule 13), writing only what changed.
+// Holding sl is what keeps the hint off old tables: a rebuild locks every
+// old slot, so waits for this caller, before it publishes the new table
+// and forgets the hint.
 func (sh *shard[S]) remember(sl *slot[S], rel uint64) {
 	if sh.hotSlot.Load() != sl {
 		sh.hotSlot.Store(sl)
@@ -363,7 +366,7 @@ func (st *Store[S]) takeQueued(sh *shard[S], key string, tag uint64, now int64, 
 		if w&lockBit == 0 {
 			if atomic.CompareAndSwapUint64(&sl.hdr, w, w|lockBit) {
 				sh.remember(sl, w|refBit)
-				return Handle[S]{sl: sl, rel: w | refBit, sh: sh, queued: true}, false
+				return Handle[S]{sl: sl, rel: w | refBit, sh: sh, slow: true}, false
 			}
 			continue
 		}
@@ -418,10 +421,13 @@ func (sh *shard[S]) probe(key string, tag uint64) (*table[S], *slot[S], uint64) 
 // Handle is a held key's state: a slot whose lock bit is held, or, for a
 // peek at an absent key, the scratch state of a shard whose mutex is held.
 type Handle[S any] struct {
-	sl     *slot[S] // nil for a peek at an absent key
-	rel    uint64   // the header Release stores
-	sh     *shard[S]
-	queued bool // sh.queue is held too, let go after the slot
+	sl  *slot[S] // nil for a peek at an absent key
+	rel uint64   // the header Release stores
+	sh  *shard[S]
+	// slow is set for a peek (sl is nil: the shard mutex is held) and for
+	// a slot taken through the shard's queue (sh.queue is held too, let
+	// go after the slot): Release then has more to do than a swap.
+	slow bool
 }
 
 // Flagged reports the key's flag: a bit the caller keeps with the key,
@@ -452,13 +458,25 @@ func (h Handle[S]) State() *S {
 
 // Release lets go of the key's state.
 func (h Handle[S]) Release() {
-	if h.sl != nil {
-		h.sl.unlock(h.sh, h.rel)
-	} else {
-		h.sh.mu.Unlock()
+	// The common case, a slot taken without the queue that no caller is
+	// parked on, is the swap alone, small enough to be inlined.
+	if h.slow || atomic.SwapUint64(&h.sl.hdr, h.rel)&waitBit != 0 {
+		h.release()
 	}
-	if h.queued {
+}
+
+// release is the rest of Release, out of line: it lets go of a peek's
+// shard mutex, or of a queued handle's slot and then the queue, or gives
+// the token for a slot that Release let go with its wait bit set.
+func (h Handle[S]) release() {
+	switch {
+	case h.sl == nil:
+		h.sh.mu.Unlock()
+	case h.slow:
+		h.sl.unlock(h.sh, h.rel)
 		h.sh.queue.Unlock()
+	default: // let go by Release, with a caller parked on it
+		h.sh.wakeQueue()
 	}
 }
 
@@ -538,7 +556,7 @@ func (st *Store[S]) takeSlow(sh *shard[S], key string, tag uint64, now int64, cr
 		if st.init(&sh.peek, key, max(now, sh.restAt)) {
 			rel = flagBit // read by Flagged only: Release stores no header
 		}
-		return Handle[S]{sh: sh, rel: rel}, true
+		return Handle[S]{sh: sh, rel: rel, slow: true}, true
 	}
 	sl, w := st.insert(sh, key, tag, now)
 	sh.mu.Unlock()

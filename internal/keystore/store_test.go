@@ -44,17 +44,7 @@ func TestStoreAgainstMap(t *testing.T) {
 	for _, tc := range []struct{ shards, keys, steps int }{{1, 3000, 200_000}, {4, 3000, 50_000}, {1, 12, 30_000}, {1, 100, 50_000}} {
 		st := newTestStore(0, tc.shards)
 		ref := map[string]int64{}
-		check := func(i int, key string) {
-			got, ok := storeGet(st, key)
-			want, wok := ref[key]
-			switch {
-			case ok && wok && got == want:
-			case !ok && (!wok || want%2 == 0):
-				delete(ref, key) // at rest: dropping it is allowed
-			default:
-				t.Fatalf("%+v step %d: get %q = %d,%v want %d,%v", tc, i, key, got, ok, want, wok)
-			}
-		}
+		check := func(i int, key string) { checkGet(t, st, ref, key, fmt.Sprintf("%+v step %d", tc, i)) }
 		for i := 0; i < tc.steps; i++ {
 			key := testKey(rng.IntN(tc.keys))
 			switch op := rng.IntN(100); {
@@ -69,12 +59,7 @@ func TestStoreAgainstMap(t *testing.T) {
 			case op < 99:
 				check(i, key)
 			default:
-				st.Sweep(0)
-				for k, v := range ref {
-					if v%2 == 0 {
-						delete(ref, k)
-					}
-				}
+				sweepRef(st, ref)
 			}
 			if i%(tc.steps/50) == 0 {
 				checkStore(t, st)
@@ -86,6 +71,32 @@ func TestStoreAgainstMap(t *testing.T) {
 		checkStore(t, st)
 		if s := st.Stats(); s.Keys != len(ref) {
 			t.Fatalf("store holds %d keys, reference %d", s.Keys, len(ref))
+		}
+	}
+}
+
+// checkGet fails the test unless st holds key with the value ref has for
+// it, or has dropped it at rest (an even value), which ref then forgets.
+func checkGet(t *testing.T, st *Store[testState], ref map[string]int64, key, where string) {
+	t.Helper()
+	got, ok := storeGet(st, key)
+	want, wok := ref[key]
+	switch {
+	case ok && wok && got == want:
+	case !ok && (!wok || want%2 == 0):
+		delete(ref, key) // at rest: dropping it is allowed
+	default:
+		t.Fatalf("%s: get %q = %d,%v want %d,%v", where, key, got, ok, want, wok)
+	}
+}
+
+// sweepRef sweeps st, and forgets in ref the keys that the sweep drops:
+// those at rest (an even value).
+func sweepRef(st *Store[testState], ref map[string]int64) {
+	st.Sweep(0)
+	for k, v := range ref {
+		if v%2 == 0 {
+			delete(ref, k)
 		}
 	}
 }
