@@ -98,12 +98,18 @@
 //  13. A shard remembers its hot key: the slot, and the exact unlocked
 //     header, of the last key a reader met locked by others (a key shared
 //     by many goroutines, such as a global bucket). A reader whose key
-//     has the hint's tag, and whose bytes are at the header's offset in
-//     the arena, takes the lock bit by a compare-and-swap on that header
-//     straight away, without probing (a load and then a compare-and-swap
-//     move a contended cache line between cores twice, the
-//     compare-and-swap alone once). This is sound because a slot holds a
-//     given unlocked header only while it holds that key: a header holds
+//     has the hint's tag takes the lock bit by a compare-and-swap on that
+//     header straight away, without probing (a load and then a
+//     compare-and-swap move a contended cache line between cores twice,
+//     the compare-and-swap alone once), and only then, holding it, checks
+//     that its key's bytes are at the header's offset in the current
+//     arena, letting go unchanged if not (another key with the same tag).
+//     Before the compare-and-swap the offset proves nothing: a hint from
+//     before a compaction may point where an insert is writing now. Once
+//     it succeeds, the slot is a live slot of the current table, and the
+//     insert that wrote the key's bytes happened before. That is sound
+//     because a slot holds a given unlocked header only while it holds
+//     that key: a header holds
 //     the key's arena offset, offsets are never reused within a table's
 //     slots (an arena only grows, in place or by a copy sharing the
 //     slots, until a rebuild makes new slots), a key only moves back
