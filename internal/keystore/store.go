@@ -344,7 +344,7 @@ func (sh *shard[S]) remember(sl *slot[S], rel uint64) {
 
 // forget clears the shard's hot-key hint. Requires sh.mu held.
 func (sh *shard[S]) forget() {
-	if sh.hotSlot.Load() != nil {
+	if sh.hotSlot.Load() != nil || sh.hotHdr.Load() != 0 {
 		sh.hotSlot.Store(nil)
 		sh.hotHdr.Store(0)
 	}
