@@ -321,7 +321,17 @@ func (sh *shard[S]) takeHot(key string, tag uint64) (sl *slot[S], rel uint64, hi
 	// arena, whose bytes the compare-and-swap made ours to read. They are
 	// read only now: before it, the hint may be from a table since
 	// rebuilt, its offset pointing where an insert is writing.
-	if t := sh.tab.Load(); t == nil || !keyAt(t.keys, w&offMask, key) {
+	// Inside the lock, so written out for keys shorter than 127 bytes (one
+	// length byte), as in find.
+	t := sh.tab.Load()
+	var same bool
+	if off := w & offMask; t != nil && len(key) < 0x7f {
+		end := off + 1 + uint64(len(key))
+		same = end <= uint64(len(t.keys)) && int(t.keys[off]) == len(key)+1 && string(t.keys[off+1:end]) == key
+	} else {
+		same = t != nil && keyAt(t.keys, off, key)
+	}
+	if !same {
 		sl.unlock(sh, w) // another key with the same tag
 		return nil, 0, true
 	}
