@@ -301,9 +301,10 @@ func (st *Store[S]) Take(key string, now int64, create bool) (h Handle[S], fresh
 }
 
 // takeHot takes key's slot through the shard's hot-key hint (rule 13): if
-// the hint has key's tag and key's bytes are at its offset, one
-// compare-and-swap on the header it names. It returns a nil slot if that
-// fails, with hinted set if the hint had key's tag.
+// the hint has key's tag, one compare-and-swap on the header it names,
+// then, holding the slot, a check that key's bytes are at its offset. It
+// returns a nil slot if that fails, with hinted set if the hint had key's
+// tag.
 func (sh *shard[S]) takeHot(key string, tag uint64) (sl *slot[S], rel uint64, hinted bool) {
 	sl = sh.hotSlot.Load()
 	if sl == nil {
