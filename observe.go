@@ -40,7 +40,20 @@ type Event struct {
 	// Fallback reports that the answer came from a failure policy (a
 	// backend that could not be reached), not from the limit.
 	Fallback bool
+	// Kind says what the event reports. The zero value, EventDecision, is
+	// a decision, and every field above reads as described; other kinds
+	// say in their own documentation which fields they fill. An observer
+	// that only counts decisions must skip the other kinds.
+	Kind EventKind
 }
+
+// EventKind says what an Event reports: a decision (the zero value) or
+// something else a limiter has to tell, each kind documented where it is
+// declared.
+type EventKind uint8
+
+// EventDecision is the kind of an event that reports a decision.
+const EventDecision EventKind = 0
 
 // Observer receives decision events. It is called on the hot path, after
 // the decision and outside every lock of this package, from many goroutines
@@ -202,8 +215,12 @@ func (c *Counter) of(name string) *counts {
 	return v.(*counts)
 }
 
-// Observe counts e, whatever its name.
+// Observe counts e, whatever its name; events of another kind than a
+// decision are not counted.
 func (n *counts) Observe(e Event) {
+	if e.Kind != EventDecision {
+		return
+	}
 	switch {
 	case e.Allowed:
 		n.allowed.Add(1)

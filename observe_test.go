@@ -640,3 +640,28 @@ func FuzzTopKeys(f *testing.F) {
 		}
 	})
 }
+
+// TestObserversSkipOtherKinds: Counter and TopKeys count decisions only;
+// an event of another kind changes neither.
+func TestObserversSkipOtherKinds(t *testing.T) {
+	var c Counter
+	top, err := NewTopKeys(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := Event{Limiter: "api", Key: "k", N: 1, Kind: EventKind(200)}
+	c.Observe(other)
+	c.Bind("api").Observe(other)
+	top.Observe(other)
+	if got := c.Get("api"); got != (Counts{}) {
+		t.Fatalf("Counter counted a non-decision event: %+v", got)
+	}
+	if top.Denials() != 0 || len(top.Top()) != 0 {
+		t.Fatalf("TopKeys counted a non-decision event: %d, %v", top.Denials(), top.Top())
+	}
+	c.Observe(Event{Limiter: "api", Key: "k", N: 1})
+	top.Observe(Event{Limiter: "api", Key: "k", N: 1})
+	if got := c.Get("api"); got.Denied != 1 || top.Denials() != 1 {
+		t.Fatalf("a denial was not counted: %+v, %d", got, top.Denials())
+	}
+}

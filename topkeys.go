@@ -53,10 +53,10 @@ func NewTopKeys(k int) (*TopKeys, error) {
 	return &TopKeys{k: k, slot: make(map[string]int, k), heap: make([]KeyCount, 0, k)}, nil
 }
 
-// Observe counts e if it was denied (or, for a shadow limit, would have
-// been).
+// Observe counts e if it is a decision that was denied (or, for a shadow
+// limit, would have been).
 func (t *TopKeys) Observe(e Event) {
-	if e.Allowed {
+	if e.Allowed || e.Kind != EventDecision {
 		return
 	}
 	t.mu.Lock()

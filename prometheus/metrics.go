@@ -180,6 +180,9 @@ type boundSeries struct {
 
 // Observe counts e under the series' name, whatever e's.
 func (b boundSeries) Observe(e ratelimit.Event) {
+	if e.Kind != ratelimit.EventDecision {
+		return
+	}
 	s := b.s
 	switch {
 	case e.Allowed:
