@@ -189,7 +189,7 @@ type algorithm struct {
 	// longRuns lists the long runs at rate, with the buckets' capacity
 	// (longrun_test.go).
 	longRuns func(rate Rate, capacity int64) []lrRun
-	// bench builds the limiters of the Allow benchmarks (keyed_bench_test.go).
+	// bench builds the limiters of the Allow benchmarks (bench_test.go).
 	bench allowBench
 }
 

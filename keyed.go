@@ -385,53 +385,6 @@ func (k *keyed[S, P, A]) multiBookAt(key string, n int, now int64) (Decision, bo
 	return d, b, ok
 }
 
-// statsOf is the store's counters as Stats.
-func statsOf(s keystore.Stats) Stats {
-	return Stats{
-		Keys:          s.Keys,
-		MaxKeys:       s.MaxKeys,
-		Slots:         s.Slots,
-		Inserts:       s.Inserts,
-		EvictedAtRest: s.EvictedAtRest,
-		EvictedLRU:    s.EvictedLRU,
-	}
-}
-
-// sweeper is the goroutine WithSweepInterval starts: it calls sweep every
-// interval of the limiter's clock until close.
-type sweeper struct {
-	once    sync.Once
-	stop    chan struct{}
-	stopped chan struct{}
-}
-
-func startSweeper(interval time.Duration, c Clock, sweep func()) *sweeper {
-	sw := &sweeper{stop: make(chan struct{}), stopped: make(chan struct{})}
-	go func() {
-		defer close(sw.stopped)
-		for {
-			t := c.NewTimer(interval)
-			select {
-			case <-sw.stop:
-				t.Stop()
-				return
-			case <-t.C():
-				sweep()
-			}
-		}
-	}()
-	return sw
-}
-
-// close stops the sweeper and waits for it to return; safe to call more
-// than once.
-func (sw *sweeper) close() {
-	sw.once.Do(func() {
-		close(sw.stop)
-		<-sw.stopped
-	})
-}
-
 // sleepReservation waits until r is due on the limiter's time line; if ctx
 // ends first it cancels r and returns ctx.Err(). While the clock reads
 // before 1970 the limiter's time stands still, so the wait lasts until the

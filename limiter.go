@@ -250,23 +250,3 @@ func validN(n, max int) error {
 	}
 	return nil
 }
-
-// Stats describes a limiter's keyed store.
-type Stats struct {
-	// Keys is the number of keys held now.
-	Keys int
-	// MaxKeys is the cap set by WithMaxKeys; 0 means no cap.
-	MaxKeys int
-	// Slots is the number of table slots allocated, a measure of memory.
-	Slots int
-	// Inserts counts keys added to the store.
-	Inserts uint64
-	// EvictedAtRest counts keys dropped because they were at rest (back to
-	// their full allowance). Dropping them changes no decision.
-	EvictedAtRest uint64
-	// EvictedLRU counts keys dropped to make room (at the cap, or at a
-	// shard's 4 GiB of key bytes) while not at rest. They are chosen by
-	// CLOCK, an approximation of least recently used: a key not used since
-	// the clock hand last passed it. Such a key starts afresh if it returns.
-	EvictedLRU uint64
-}

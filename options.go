@@ -48,28 +48,6 @@ func newConfig(opts []Option) (config, error) {
 // clock. All limiters that share keys must share a clock.
 func WithClock(c Clock) Option { return func(cfg *config) { cfg.clock = c } }
 
-// WithShards sets the number of shards of the keyed store, a power of two
-// (default 64). More shards mean less lock contention across cores.
-func WithShards(n int) Option { return func(cfg *config) { cfg.shards = n } }
-
-// WithMaxKeys caps the number of keys the store holds (default 0: no cap).
-// When a new key arrives at the cap, the store drops a key at rest if it
-// finds one near its clock hand (losslessly), else a key chosen by CLOCK,
-// an approximation of least recently used: the first the hand comes to
-// that was not used since the hand last passed it (lossy: that key starts
-// afresh, with a full allowance). Stats counts both. A new key at the cap
-// costs a small multiple of what it costs below it, whatever the cap.
-// With a cap, the store uses at most max(1, n/16) shards, and at least
-// n/8192 (up to 65,536) whatever WithShards says, so that no shard holds
-// more than 8,192 keys; each holds at most its share, so the total never
-// exceeds n.
-func WithMaxKeys(n int) Option { return func(cfg *config) { cfg.maxKeys = n } }
-
-// WithSweepInterval starts a goroutine that drops every key at rest each
-// interval and gives memory back; Close stops it. Without it (the default)
-// keys at rest are dropped lazily as new keys arrive, and by Sweep.
-func WithSweepInterval(d time.Duration) Option { return func(cfg *config) { cfg.sweepInterval = d } }
-
 // WithExempt exempts subjects from every rule of a Rules built by NewRules
 // or ParseRules, as an "exempt" line of the rule syntax does: each subject
 // is an address ("192.0.2.7"), a CIDR prefix ("10.0.0.0/8") or "user" and
