@@ -83,6 +83,9 @@ func NewBulkhead(client Client, limit int, lease time.Duration, opts ...Option) 
 	if err != nil {
 		return nil, err
 	}
+	if cfg.lease != 0 {
+		return nil, fmt.Errorf("%w: a bulkhead counts calls in flight, not events", ErrLeaseUnsupported)
+	}
 	c, err := newCaller(client, bhScript, []string{":bh"}, cfg)
 	if err != nil {
 		return nil, err

@@ -169,6 +169,7 @@ type limiter struct {
 	resets *[resetSlots]atomic.Uint64
 	mu     *sync.Mutex // serialises rate changes and overrides
 	ov     *overrides
+	lease  *leaser // nil without WithLease
 }
 
 // resetSlots is how many counters of Resets a limiter keeps (8 bytes each).
@@ -218,6 +219,11 @@ func newLimiter(client Client, src script, suffix []string, alg algorithm, cfg c
 	if cfg.denyKeys > 0 {
 		l.deny = newDenyCache(cfg.denyKeys)
 	}
+	if cfg.lease != 0 {
+		if l.lease, err = newLeaser(l, src.name); err != nil {
+			return limiter{}, err
+		}
+	}
 	return l, nil
 }
 
@@ -265,6 +271,9 @@ func (l *limiter) Window() time.Duration { return time.Duration(l.cur.Load().alg
 // if so. When Redis fails it returns the failure policy's answer (false
 // under FailClosed).
 func (l *limiter) Allow(key string) bool {
+	if l.lease != nil {
+		return l.lease.allow(key)
+	}
 	d, err := l.AllowN(context.Background(), key, 1)
 	return err == nil && d.Allowed
 }
@@ -278,6 +287,9 @@ func (l *limiter) Allow(key string) bool {
 // FailClosed with an error matching ErrUnavailable, so that a caller (such
 // as httplimit's middleware) can tell an outage from a denial.
 func (l *limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
+	if l.lease != nil {
+		return l.lease.allowN(ctx, key, n)
+	}
 	p := l.params(key)
 	if err := validN(p, n); err != nil {
 		return ratelimit.Decision{}, err
@@ -488,6 +500,9 @@ func (l *limiter) Reset(ctx context.Context, key string) error {
 	slot := l.slot(key)
 	slot.Add(1)
 	defer slot.Add(1)
+	if l.lease != nil {
+		l.lease.forget(key)
+	}
 	if l.local != nil {
 		if r, ok := l.local.(interface{ Reset(string) }); ok {
 			r.Reset(key)

@@ -60,6 +60,8 @@ type config struct {
 	localOpts []ratelimit.Option // default: a cap of defaultLocalKeys
 	denyKeys  int                // default: 0, no deny-cache
 	poll      time.Duration      // default: 10 ms (Bulkhead only)
+	lease     float64            // default: 0, no leases (see WithLease); -1: invalid
+	leaseObs  ratelimit.Observer // default: nil
 
 	// Test only: pass the clock's time to the scripts instead of using
 	// the server's TIME, and pad TTLs by this many milliseconds (the
