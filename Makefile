@@ -2,7 +2,7 @@
 MODULES := $(shell find . -name go.mod -not -path './.git/*' -exec dirname {} \; | sort)
 GO ?= go
 
-.PHONY: demo svg test lint fmtcheck vet bench bench-redis bench-profile fuzz
+.PHONY: demo svg test lint fmtcheck vet bench bench-redis bench-lease bench-profile fuzz
 
 ## demo: the limiters at work: a token bucket, the five algorithms side by
 ## side, limits changed while serving (tiers, a raise, a reset, a settled
@@ -123,6 +123,19 @@ REDISCALLS ?= 2000
 REDISBLOCK ?= 250ms
 bench-redis:
 	cd benchmarks && $(GO) run ./cmd/redisbench -rounds $(REDISROUNDS) -calls $(REDISCALLS) -block $(REDISBLOCK)
+
+## bench-lease: one hot key from LEASEPROCS processes of LEASEG goroutines
+## each, on one redis-server: the redis TokenBucket with WithLease against
+## go-redis/redis_rate (and the TokenBucket without leases), alternated
+## round by round; ratios to redis_rate with their spread, then a recorded
+## round whose admitted instants are checked against the bucket's bound.
+## Under a minute with the defaults.
+LEASEPROCS ?= 4
+LEASEG ?= 16
+LEASEROUNDS ?= 5
+bench-lease:
+	cd benchmarks && $(GO) build -o ../leasebench.test ./cmd/leasebench
+	flock /tmp/bench.lock ./leasebench.test -procs $(LEASEPROCS) -goroutines $(LEASEG) -rounds $(LEASEROUNDS)
 
 PROFILE ?= OneKey/path=allow/impl=ours-tokenbucket/run=serial
 bench-profile:

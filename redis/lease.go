@@ -294,17 +294,17 @@ func (s *leaser) ahead(gk *grantKey, g *grant, key string, left, now int64) {
 		return
 	}
 	if s.inline {
-		s.prefetch(gk, key, now)
+		s.prefetch(gk, key, g, now)
 		return
 	}
-	go s.prefetch(gk, key, now)
+	go s.prefetch(gk, key, g, now)
 }
 
 // slow answers n units that the current lease could not: from the next
 // lease, a denial, a new lease, or Redis itself.
 func (s *leaser) slow(ctx context.Context, gk *grantKey, key string, n, now int64) (ratelimit.Decision, error) {
 	if n <= s.most(key) {
-		for try := 0; try < 3; try++ {
+		for try := 0; try < 6; try++ {
 			g := gk.cur.Load()
 			if try > 0 {
 				now = s.now()
@@ -397,11 +397,16 @@ func (s *leaser) advance(ctx context.Context, gk *grantKey, key string, failed *
 }
 
 // prefetch fetches key's next lease, unless one is held or in flight.
-func (s *leaser) prefetch(gk *grantKey, key string, now int64) {
+func (s *leaser) prefetch(gk *grantKey, key string, cur *grant, now int64) {
 	gk.mu.Lock()
 	if gk.next != nil || gk.wait != nil {
 		gk.mu.Unlock()
 		return
+	}
+	if cur != nil && now-cur.start <= int64(leaseTTL)/2 {
+		// Half of the lease went in half its time: the demand is
+		// there for twice as much.
+		gk.size = min(max(gk.size, 2*cur.k), 1<<40)
 	}
 	w := make(chan struct{})
 	gk.wait = w
@@ -603,9 +608,14 @@ func (s *leaser) finish(key string, g *grant, now int64) {
 	if gk := s.peek(key); gk != nil {
 		gk.mu.Lock()
 		switch {
-		case left == 0 && lapsed == 0:
+		case left == 0 && lapsed > spent:
+			// Used up, mostly by lapsing: a token bucket taken from
+			// full loses the units due within the round trip, about
+			// r·RTT of each lease, which must grow past that.
+			gk.size = min(4*max(gk.size, g.k), 1<<40)
+		case left == 0:
 			gk.size = min(2*max(gk.size, g.k), 1<<40)
-		case 2*(left+lapsed) > g.k:
+		case 2*left > g.k:
 			gk.size = max(gk.size/2, 1)
 		}
 		gk.mu.Unlock()
