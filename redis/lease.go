@@ -140,6 +140,10 @@ type grantKey struct {
 	wait chan struct{}
 	size int64 // the next lease's units
 	gone bool  // removed from its shard
+	// scarce: the last fetch got fewer units than it asked for, or none;
+	// rtt: how long it took.
+	scarce bool
+	rtt    int64
 }
 
 // denial is a refusal Redis gave, answered locally until its end.
@@ -162,6 +166,7 @@ type grant struct {
 	iv       exact.Interval
 	res      *ratelimit.Reservation
 	ended    atomic.Bool
+	short    bool // Redis held fewer units than asked for
 }
 
 func newLeaser(l limiter, script string) (*leaser, error) {
@@ -322,6 +327,11 @@ func (s *leaser) slow(ctx context.Context, gk *grantKey, key string, n, now int6
 				return d, nil
 			}
 			if err := s.advance(ctx, gk, key, g, n, now); err != nil {
+				var sc scarce
+				if errors.As(err, &sc) {
+					p := s.lim.params(key)
+					return ratelimit.Decision{Limit: p.alg.max(), RetryAfter: max(time.Duration(sc), 1)}, nil
+				}
 				return ratelimit.Decision{}, err
 			}
 		}
@@ -331,6 +341,12 @@ func (s *leaser) slow(ctx context.Context, gk *grantKey, key string, n, now int6
 	// the failure policy.
 	return s.lim.AllowN(ctx, key, int(n))
 }
+
+// scarce is advance's answer when the key is short and a fetch is in
+// flight: refuse, and ask again after the round trip it takes.
+type scarce int64
+
+func (scarce) Error() string { return "the key is short and a fetch is in flight" }
 
 // most is the most units one lease of key holds: half of the share.
 func (s *leaser) most(key string) int64 {
@@ -367,6 +383,13 @@ func (s *leaser) advance(ctx context.Context, gk *grantKey, key string, failed *
 		done = append(done, g)
 	}
 	if w := gk.wait; w != nil {
+		if gk.scarce {
+			// The key is short on Redis too: refuse rather than wait
+			// for the fetch in flight.
+			rtt := gk.rtt
+			gk.mu.Unlock()
+			return scarce(rtt)
+		}
 		gk.mu.Unlock()
 		select {
 		case <-w:
@@ -380,10 +403,12 @@ func (s *leaser) advance(ctx context.Context, gk *grantKey, key string, failed *
 	size := max(gk.size, n)
 	gk.mu.Unlock()
 
+	t := s.now()
 	g, dn, err := s.fetch(ctx, key, size, n)
 
 	gk.mu.Lock()
 	gk.wait = nil
+	gk.scarce, gk.rtt = (g != nil && g.short) || dn != nil, s.now()-t
 	close(w)
 	if g != nil {
 		gk.cur.Store(g)
@@ -413,10 +438,12 @@ func (s *leaser) prefetch(gk *grantKey, key string, cur *grant, now int64) {
 	size := gk.size
 	gk.mu.Unlock()
 
-	g, _, err := s.fetch(context.Background(), key, size, 1)
+	t := s.now()
+	g, dn, err := s.fetch(context.Background(), key, size, 1)
 
 	gk.mu.Lock()
 	gk.wait = nil
+	gk.scarce, gk.rtt = (g != nil && g.short) || dn != nil, s.now()-t
 	close(w)
 	if err == nil && g != nil {
 		if gk.cur.Load() == nil {
@@ -434,6 +461,7 @@ func (s *leaser) prefetch(gk *grantKey, key string, cur *grant, now int64) {
 // fewer but at least n. It returns the lease, or the denial to answer
 // with, or neither (a failed call: the caller asks Redis through AllowN).
 func (s *leaser) fetch(ctx context.Context, key string, size, n int64) (*grant, *denial, error) {
+	short := false
 	for {
 		st := s.lim.stampOf(key)
 		p := s.lim.params(key)
@@ -452,7 +480,7 @@ func (s *leaser) fetch(ctx context.Context, key string, size, n int64) (*grant, 
 			if size > n {
 				// Fewer than asked: take what Redis holds if that is at
 				// least n, or learn when n will be there.
-				size = max(int64(d.Remaining), n)
+				size, short = max(int64(d.Remaining), n), true
 				continue
 			}
 			if d.RetryAfter <= 0 {
@@ -460,7 +488,7 @@ func (s *leaser) fetch(ctx context.Context, key string, size, n int64) (*grant, 
 			}
 			return nil, &denial{at: sent, until: sent + int64(d.RetryAfter), d: d}, nil
 		}
-		g := &grant{k: size, limit: d.Limit, start: sent, res: res}
+		g := &grant{k: size, limit: d.Limit, start: sent, res: res, short: short}
 		g.left.Store(size)
 		reset := int64(d.ResetAfter)
 		switch s.kind {
