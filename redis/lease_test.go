@@ -330,13 +330,23 @@ func TestLeaseConcurrentInstances(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			// Every lease ends within its time; wait for the last one.
-			deadline := time.Now().Add(5 * time.Second)
-			for {
+			// Every lease ends within its time, and every fetch within
+			// the call timeout; wait for the last.
+			deadline := time.Now().Add(10 * time.Second)
+			for quiet := 0; quiet < 2; {
 				tally.mu.Lock()
 				out := tally.outstanding
 				tally.mu.Unlock()
-				if out == 0 || time.Now().After(deadline) {
+				busy := false
+				for _, l := range ls {
+					busy = busy || leaserOf(t, l).busy()
+				}
+				if out == 0 && !busy {
+					quiet++ // twice in a row: no fetch was about to start
+				} else {
+					quiet = 0
+				}
+				if time.Now().After(deadline) {
 					break
 				}
 				time.Sleep(10 * time.Millisecond)
@@ -412,4 +422,24 @@ func TestLeaseTokenBucketHeldUnitsLapse(t *testing.T) {
 	if d, err := a.AllowN(ctx, "k", 0); err != nil || d.Limit != capacity {
 		t.Errorf("peek: %+v %v", d, err)
 	}
+}
+
+// busy reports whether a fetch is in flight or a lease is held for any
+// key.
+func (s *leaser) busy() bool {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.RLock()
+		for _, gk := range sh.m {
+			gk.mu.Lock()
+			b := gk.wait != nil || gk.next != nil || gk.cur.Load() != nil
+			gk.mu.Unlock()
+			if b {
+				sh.mu.RUnlock()
+				return true
+			}
+		}
+		sh.mu.RUnlock()
+	}
+	return false
 }
