@@ -25,6 +25,8 @@
 //	ratelimit_bulkhead_limit{bulkhead}            gauge
 //	ratelimit_bulkhead_rejected_total{bulkhead}   counter
 //	ratelimit_redis_errors_total{limiter}         counter, per OnRedisError name
+//	ratelimit_lease_outstanding_units{limiter}    gauge, and counters of the
+//	                                              units leased (see lease.go)
 //
 // No label ever carries a key: the label values are the names given to
 // limiters, rules and bulkheads, and Metrics holds at most a fixed number
@@ -71,6 +73,7 @@ type series struct {
 	redisErrors                      atomic.Uint64
 	redis                            bool // OnRedisError was called for it
 	wait                             atomic.Pointer[waitSeries]
+	lease                            atomic.Pointer[leaseSeries] // see lease.go
 }
 
 // waitSeries is a name's wait histogram, made at its first wait so that
@@ -181,6 +184,7 @@ type boundSeries struct {
 // Observe counts e under the series' name, whatever e's.
 func (b boundSeries) Observe(e ratelimit.Event) {
 	if e.Kind != ratelimit.EventDecision {
+		observeLease(b.s, e)
 		return
 	}
 	s := b.s
@@ -258,6 +262,7 @@ func (m *Metrics) Describe(ch chan<- *prom.Desc) {
 		ch <- d
 	}
 	m.wait.Describe(ch)
+	describeLease(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -289,6 +294,7 @@ func (m *Metrics) Collect(ch chan<- prom.Metric) {
 		if s.redis {
 			counter(m.redisErrors, s.redisErrors.Load(), s.name)
 		}
+		collectLease(ch, s)
 		return true
 	})
 	m.wait.Collect(ch)
