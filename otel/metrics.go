@@ -27,6 +27,8 @@
 //	ratelimit.bulkhead.limit        gauge {call}
 //	ratelimit.bulkhead.rejections   counter {call}
 //	ratelimit.redis.errors          counter {error}; ratelimit.limiter
+//	ratelimit.lease.outstanding     up-down counter {unit}, and counters of
+//	                                the units leased (see lease.go)
 //
 // No attribute ever carries a key; names past a fixed number (WithMaxNames)
 // count under "_other".
@@ -74,6 +76,7 @@ type Metrics struct {
 
 	decisions, fallbacks, redisErrors, inserts, evictions, rejections metric.Int64ObservableCounter
 	keys, inFlight, waiting, limit                                    metric.Int64ObservableGauge
+	lease                                                             leaseInstruments // see lease.go
 }
 
 type series struct {
@@ -158,6 +161,9 @@ func New(meter metric.Meter, opts ...Option) (*Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	if m.lease, err = newLeaseInstruments(meter); err != nil {
+		return nil, err
+	}
 	m.reg, err = meter.RegisterCallback(m.collect, m.decisions, m.fallbacks, m.redisErrors, m.inserts,
 		m.evictions, m.rejections, m.keys, m.inFlight, m.waiting, m.limit)
 	if err != nil {
@@ -210,6 +216,7 @@ type boundSeries struct {
 // Observe counts e under the series' name, whatever e's.
 func (b boundSeries) Observe(e ratelimit.Event) {
 	if e.Kind != ratelimit.EventDecision {
+		b.m.lease.observe(b.s, e)
 		return
 	}
 	s := b.s
