@@ -443,3 +443,40 @@ func (s *leaser) busy() bool {
 	}
 	return false
 }
+
+// Allow and AllowN from a lease allocate nothing.
+func TestLeaseAllowDoesNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	client := newClient(t, redisAddr(t), true)
+	for _, c := range leaseCases() {
+		t.Run(c.name, func(t *testing.T) {
+			p := params{ratelimit.PerSecond(1_000_000), 1_000_000}
+			if c.p.capacity == 0 {
+				p = params{rate: ratelimit.Per(1_000_000, time.Hour)}
+			}
+			l, err := c.build(client, p, WithPrefix(testPrefix(t)), WithLease(1), WithTimeout(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := leaserOf(t, l)
+			s.inline = true
+			s.key("k").size = 200_000
+			if !l.Allow("k") {
+				t.Fatal("first Allow refused")
+			}
+			ctx := context.Background()
+			if a := testing.AllocsPerRun(200, func() {
+				if !l.Allow("k") {
+					t.Fatal("refused")
+				}
+				if d, err := l.AllowN(ctx, "k", 2); err != nil || !d.Allowed {
+					t.Fatal("AllowN refused", d, err)
+				}
+			}); a != 0 {
+				t.Errorf("%v allocations per Allow and AllowN", a)
+			}
+		})
+	}
+}
