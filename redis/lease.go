@@ -26,6 +26,10 @@ const (
 	defaultLeaseShare = 0.1
 	leaseTTL          = 100 * time.Millisecond
 	leaseShards       = 64
+	// maxLeaseKeys bounds the keys that hold lease state in one limiter:
+	// past it, further keys are decided by Redis as without leases until
+	// some key's leases end, so that a flood of keys cannot grow memory.
+	maxLeaseKeys = 4096
 )
 
 // WithLease makes the limiter take a hot key's allowance from Redis in
@@ -66,8 +70,8 @@ const (
 //     next only while now ≤ its θ (now + held·T ≤ TAT, with the round trip
 //     counted against the lease); a unit whose θ has passed lapses. On a
 //     hot key, whose bucket is far from full, the θs lie a bucket's span
-//     ahead and no unit lapses; on a key taken from full, about r·RTT
-//     units do.
+//     ahead and no unit lapses; a lease taken from a full bucket loses
+//     the units due within the round trip, ⌈r·RTT⌉ (at least one).
 //
 // Under-admission is at most what the leases hold at the time: units that
 // one instance holds and does not spend are refused to the others until
@@ -119,9 +123,10 @@ type leaser struct {
 	obs    ratelimit.Observer
 	name   string
 	clock  ratelimit.Clock
-	sys    bool      // the system clock: read the monotonic clock alone
-	base   time.Time // instants are ns since base
-	inline bool      // tests: fetch, settle and expire on the caller's goroutine
+	sys    bool         // the system clock: read the monotonic clock alone
+	base   time.Time    // instants are ns since base
+	inline bool         // tests: fetch, settle and expire on the caller's goroutine
+	keys   atomic.Int64 // held in the shards, at most maxLeaseKeys
 	shards [leaseShards]grantShard
 }
 
@@ -210,7 +215,8 @@ func (s *leaser) shard(key string) *grantShard {
 	return &s.shards[h%leaseShards]
 }
 
-// key returns key's leases, set up on first use.
+// key returns key's leases, set up on first use, or nil if key has none
+// and maxLeaseKeys others have.
 func (s *leaser) key(key string) *grantKey {
 	sh := s.shard(key)
 	sh.mu.RLock()
@@ -222,6 +228,10 @@ func (s *leaser) key(key string) *grantKey {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if gk = sh.m[key]; gk == nil {
+		if s.keys.Add(1) > maxLeaseKeys {
+			s.keys.Add(-1)
+			return nil
+		}
 		gk = &grantKey{size: 1}
 		sh.m[key] = gk
 	}
@@ -259,6 +269,9 @@ func (g *grant) take(n, now int64) (left int64, ok bool) {
 // allow is Allow with a lease.
 func (s *leaser) allow(key string) bool {
 	gk := s.key(key)
+	if gk == nil {
+		return s.lim.Allow(key)
+	}
 	now := s.now()
 	if g := gk.cur.Load(); g != nil {
 		if left, ok := g.take(1, now); ok {
@@ -283,6 +296,9 @@ func (s *leaser) allowN(ctx context.Context, key string, n int) (ratelimit.Decis
 		return ratelimit.Decision{}, err
 	}
 	gk := s.key(key)
+	if gk == nil {
+		return s.lim.AllowN(ctx, key, n)
+	}
 	now := s.now()
 	if g := gk.cur.Load(); g != nil {
 		if left, ok := g.take(int64(n), now); ok {
@@ -328,6 +344,10 @@ func (s *leaser) slow(ctx context.Context, gk *grantKey, key string, n, now int6
 			}
 			if err := s.advance(ctx, gk, key, g, n, now); err != nil {
 				var sc scarce
+				if errors.Is(err, errOpen) {
+					lim := s.lim.params(key).alg.max()
+					return ratelimit.Decision{Allowed: true, Limit: lim, Remaining: lim - int(n)}, nil
+				}
 				if errors.As(err, &sc) {
 					p := s.lim.params(key)
 					return ratelimit.Decision{Limit: p.alg.max(), RetryAfter: max(time.Duration(sc), 1)}, nil
@@ -341,6 +361,9 @@ func (s *leaser) slow(ctx context.Context, gk *grantKey, key string, n, now int6
 	// the failure policy.
 	return s.lim.AllowN(ctx, key, int(n))
 }
+
+// errOpen is fetch's answer when FailOpen answered for Redis.
+var errOpen = errors.New("redis is down and FailOpen answers")
 
 // scarce is advance's answer when the key is short and a fetch is in
 // flight: refuse, and ask again after the round trip it takes.
@@ -416,6 +439,15 @@ func (s *leaser) advance(ctx context.Context, gk *grantKey, key string, failed *
 		s.watch(gk, key, g)
 	} else if dn != nil {
 		gk.deny.Store(dn)
+		if gk.cur.Load() == nil && gk.next == nil && !s.inline {
+			// Forget the key once the denial is over, unless a lease
+			// comes meanwhile.
+			d := time.Duration(dn.until - s.now())
+			go func() {
+				<-s.clock.NewTimer(d).C()
+				s.drop(gk, key)
+			}()
+		}
 	}
 	gk.mu.Unlock()
 	return err
@@ -470,12 +502,15 @@ func (s *leaser) fetch(ctx context.Context, key string, size, n int64) (*grant, 
 		sent := s.now()
 		res, err := s.lim.Take(ctx, key, int(size))
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil, nil, ctx.Err()
-			}
-			return nil, nil, nil
+			return nil, nil, err // ctx's, or FailClosed's ErrUnavailable
 		}
 		d := res.Decision()
+		if res.OK() && d.ResetAfter <= 0 {
+			// Only FailOpen books with nothing to come back from (a
+			// booking on Redis or in the local limiter leaves the key
+			// short of full): Redis is down, and the policy answers.
+			return nil, nil, errOpen
+		}
 		if !res.OK() {
 			if size > n {
 				// Fewer than asked: take what Redis holds if that is at
@@ -542,23 +577,24 @@ func (s *leaser) expire(gk *grantKey, key string, g *grant, now int64) {
 	case gk.next == g:
 		gk.next = nil
 	}
-	idle := gk.cur.Load() == nil && gk.next == nil && gk.wait == nil && !gk.gone
-	if dn := gk.deny.Load(); dn != nil && now < dn.until {
-		idle = false
-	}
 	gk.mu.Unlock()
 	s.finish(key, g, now)
-	if idle {
-		sh := s.shard(key)
-		sh.mu.Lock()
-		gk.mu.Lock()
-		if sh.m[key] == gk && gk.cur.Load() == nil && gk.next == nil && gk.wait == nil {
-			delete(sh.m, key)
-			gk.gone = true
-		}
-		gk.mu.Unlock()
-		sh.mu.Unlock()
+	s.drop(gk, key)
+}
+
+// drop forgets key if it holds no lease and waits for none (a denial it
+// holds is forgotten too: the next call asks Redis).
+func (s *leaser) drop(gk *grantKey, key string) {
+	sh := s.shard(key)
+	sh.mu.Lock()
+	gk.mu.Lock()
+	if sh.m[key] == gk && gk.cur.Load() == nil && gk.next == nil && gk.wait == nil {
+		delete(sh.m, key)
+		gk.gone = true
+		s.keys.Add(-1)
 	}
+	gk.mu.Unlock()
+	sh.mu.Unlock()
 }
 
 // sweep ends every lease whose end has passed at now (tests).
@@ -598,7 +634,10 @@ func (s *leaser) forget(key string) {
 	sh := s.shard(key)
 	sh.mu.Lock()
 	gk := sh.m[key]
-	delete(sh.m, key)
+	if gk != nil {
+		delete(sh.m, key)
+		s.keys.Add(-1)
+	}
 	sh.mu.Unlock()
 	if gk == nil {
 		return

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -478,5 +479,74 @@ func TestLeaseAllowDoesNotAllocate(t *testing.T) {
 				t.Errorf("%v allocations per Allow and AllowN", a)
 			}
 		})
+	}
+}
+
+// With Redis unreachable, a leasing limiter answers by its failure
+// policy: FailOpen allows, FailClosed fails with ErrUnavailable, FailLocal
+// leases from the local limiter and so allows exactly its capacity.
+func TestLeaseFailurePolicies(t *testing.T) {
+	client := newClient(t, "127.0.0.1:1", true) // nothing listens
+	ctx := context.Background()
+	mk := func(p FailurePolicy) ratelimit.Limiter {
+		l, err := NewTokenBucket(client, ratelimit.PerHour(1), 10, WithLease(1), WithFailurePolicy(p),
+			WithTimeout(50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaserOf(t, l).inline = true
+		return l
+	}
+	open := mk(FailOpen)
+	for range 3 {
+		if d, err := open.AllowN(ctx, "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("FailOpen: %+v %v", d, err)
+		}
+	}
+	closed := mk(FailClosed)
+	if _, err := closed.AllowN(ctx, "k", 1); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("FailClosed: %v", err)
+	}
+	if closed.Allow("k") {
+		t.Fatal("FailClosed: Allow true")
+	}
+	local := mk(FailLocal)
+	n := 0
+	for range 30 {
+		if local.Allow("k") {
+			n++
+		}
+	}
+	// Each lease taken from the full local bucket loses its first unit,
+	// due before the round trip ended (see WithLease).
+	if n < 1 || n > 10 {
+		t.Fatalf("FailLocal: %d allowed, want some and at most the capacity, 10", n)
+	}
+}
+
+// Past maxLeaseKeys keys holding lease state, further keys are decided by
+// Redis directly, and a key whose leases ended is forgotten.
+func TestLeaseKeysAreBounded(t *testing.T) {
+	client := newClient(t, redisAddr(t), true)
+	mc := ratelimit.NewManualClock(start)
+	l, err := NewFixedWindow(client, ratelimit.Per(100, time.Minute), WithLease(1), WithClock(mc),
+		WithPrefix(testPrefix(t)), withClockTime(60_000), WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := leaserOf(t, l)
+	s.inline = true
+	for i := range maxLeaseKeys + 50 {
+		if !l.Allow("k" + strconv.Itoa(i)) {
+			t.Fatalf("key %d refused", i)
+		}
+	}
+	if got := s.keys.Load(); got != maxLeaseKeys {
+		t.Fatalf("%d keys hold lease state, want %d", got, maxLeaseKeys)
+	}
+	mc.Advance(time.Second)
+	s.sweep(s.now())
+	if got := s.keys.Load(); got != 0 {
+		t.Fatalf("%d keys hold lease state after every lease ended", got)
 	}
 }
