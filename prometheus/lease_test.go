@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	prom "github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/ratelimitkit/ratelimit"
 	rlprom "github.com/ratelimitkit/ratelimit/prometheus"
 )
@@ -32,6 +33,9 @@ func TestLeaseMetrics(t *testing.T) {
 		`ratelimit_lease_lapsed_units_total{limiter="api:"} 1`,
 		`ratelimit_decisions_total{limiter="api:",outcome="allowed"} 0`,
 	)
+	if problems, err := testutil.CollectAndLint(m); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", problems, err)
+	}
 	if strings.Contains(page, `"k"`) {
 		t.Error("a key reached the page")
 	}

@@ -78,8 +78,10 @@ const (
 // its lease ends and gives them back (or they lapse). A denial is cached
 // locally until the RetryAfter Redis gave.
 //
-// Reserve, Wait, Take and AllowN for more units than the current lease
-// holds go to Redis as without leases. A rate change (SetRate, SetOverride)
+// Reserve, Wait, Take and AllowN for more units than a lease may hold go
+// to Redis as without leases, and so do the keys past the first 4096 that
+// hold lease state at once in one limiter (a key's state goes when its
+// leases end). A rate change (SetRate, SetOverride)
 // applies to a key's leased units when its lease ends; Reset ends the key's
 // lease in this instance (its units lapse) but not in the others.
 func WithLease(share ...float64) Option {
