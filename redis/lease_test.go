@@ -201,6 +201,11 @@ func leaseTrace(t *testing.T, client Client, c leaseCase, seed uint64, steps int
 	step := int64(c.p.rate.Period) / c.p.rate.N
 	const key = "k"
 	var acted []booked
+	type pending struct {
+		res, ideal *ratelimit.Reservation
+		n          int
+	}
+	var open []pending
 	admitted, idealAdmitted := 0, 0
 	for i := range steps {
 		switch r := rng.IntN(10); {
@@ -224,6 +229,31 @@ func leaseTrace(t *testing.T, client Client, c leaseCase, seed uint64, steps int
 		if rng.IntN(5) == 0 {
 			n = 1 + rng.IntN(limit)
 		}
+		if l == ls[0] && rng.IntN(3) == 0 {
+			// The instance without leases also books ahead and cancels
+			// (of any earlier booking: a cancel of the latest gives it
+			// back past the leases' bookings).
+			if len(open) > 0 && rng.IntN(2) == 0 {
+				j := rng.IntN(len(open))
+				r := open[j]
+				open = append(open[:j], open[j+1:]...)
+				r.res.Cancel()
+				r.ideal.Cancel()
+				if act := r.res.TimeToAct().UnixNano(); act < now {
+					acted = append(acted, booked{act, r.n}) // due: it acted
+				}
+				continue
+			}
+			r, err := l.Reserve(ctx, key, n)
+			if err != nil {
+				t.Fatalf("seed %d step %d: Reserve(%d): %v", seed, i, n, err)
+			}
+			ir, _ := ideal.Reserve(ctx, key, n) // the same requests, for the measure
+			if r.OK() {
+				open = append(open, pending{r, ir, n})
+			}
+			continue
+		}
 		var ok bool
 		if n == 1 && rng.IntN(2) == 0 {
 			ok = l.Allow(key)
@@ -244,6 +274,9 @@ func leaseTrace(t *testing.T, client Client, c leaseCase, seed uint64, steps int
 	}
 	for _, s := range leasers {
 		s.sweep(s.now() + int64(time.Hour))
+	}
+	for _, r := range open {
+		acted = append(acted, booked{r.res.TimeToAct().UnixNano(), r.n})
 	}
 	if admitted == 0 {
 		t.Fatalf("seed %d: nothing admitted: the trace tests nothing", seed)
