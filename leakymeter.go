@@ -15,9 +15,12 @@ import "time"
 // both keep per key the instant at which the bucket is back to rest (for
 // the meter, empty; for the token bucket, full), the GCRA's theoretical
 // arrival time. A LeakyMeter and a TokenBucket of the same rate and
-// capacity give the same Decision to every call of every trace, Allow,
-// AllowN, Reserve, Take, Cancel, Settle, SetRate, SetOverride and Reset
-// alike; a property test holds them to it. In a Decision, Limit is C,
+// capacity give the same answer to every call of a trace, Allow, AllowN,
+// Reserve, Wait, Take, Cancel, Settle, SetRate, SetOverride and Reset
+// alike; a property test holds them to it. (After the clock goes back, a
+// key set up again starts no earlier than the last drop in its part of the
+// store, for any limiter: there two limiters of one type may differ too.)
+// In a Decision, Limit is C,
 // Remaining is C − L (the room left in the bucket, floored to whole
 // events), RetryAfter is how long until n events fit, ResetAfter how long
 // until the bucket is empty. The bound is the token bucket's: at most
@@ -31,11 +34,9 @@ import "time"
 // in the bucket". A key is at rest, and may be dropped, when its bucket is
 // empty. State per key: 24 bytes.
 //
-// It is a type of its own, not an option of NewLeakyBucket, because the two
-// readings answer differently: the shaper's Allow passes only on an empty
-// queue and its Remaining counts places in the queue; the meter's Allow
-// passes up to C at once. A value's type says which one it is, and no
-// option of one limiter has to be refused by the others.
+// It is a type of its own rather than an option of NewLeakyBucket, since
+// the shaper and the meter answer the same calls differently;
+// docs/algorithms.md says more.
 //
 // Build it with NewLeakyMeter. It is safe for concurrent use. Most callers
 // want Allow.
