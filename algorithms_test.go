@@ -145,6 +145,29 @@ var algorithms = []algorithm{
 			deny:  func() (allower, error) { return NewSlidingWindowCounter(PerDay(1)) },
 		},
 	},
+	{
+		// The leaky bucket as a meter: the token bucket's step under
+		// another name (see LeakyMeter), so the token bucket's bounds,
+		// fuzz step and long runs are its own.
+		name:    "LeakyMeter",
+		vectors: "leakymeter",
+		build: func(rate Rate, capacity int, opts ...Option) (testLimiter, error) {
+			return asTestLimiter(NewLeakyMeter(rate, capacity, opts...))
+		},
+		setRate: func(l testLimiter, rate Rate, capacity int) error { return l.(*LeakyMeter).SetRate(rate, capacity) },
+		setOverride: func(l testLimiter, key string, rate Rate, capacity int) error {
+			return l.(*LeakyMeter).SetOverride(key, rate, capacity)
+		},
+		actBound:  tokenActBound,
+		costBound: tokenCostBound,
+		bound:     bucketBound,
+		stepFuzz:  fuzzLeakyMeter,
+		longRuns:  lrTokenBucketRuns,
+		bench: allowBench{
+			allow: func() (allower, error) { return NewLeakyMeter(PerSecond(1e9), 1e9) },
+			deny:  func() (allower, error) { return NewLeakyMeter(PerDay(1), 1) },
+		},
+	},
 }
 
 // algorithm is an entry of the registry: the algorithm's constructor and

@@ -473,3 +473,97 @@ func (sc *SlidingWindowCounter) multiBookAt(key string, n int, now int64) (Decis
 }
 
 func (sc *SlidingWindowCounter) observer() *observed { return sc.k.obs }
+
+// AllowN reports whether n events for key may happen now, all or nothing,
+// and records them if so. n == 0 peeks: the Decision as it stands, with
+// nothing recorded and no key created. It ignores ctx (it never blocks)
+// and fails only on invalid n.
+func (lm *LeakyMeter) AllowN(ctx context.Context, key string, n int) (Decision, error) {
+	return lm.k.AllowN(ctx, key, n)
+}
+
+// Reserve books n events for key at the earliest time they conform. See
+// Limiter. It fails only on invalid n.
+func (lm *LeakyMeter) Reserve(ctx context.Context, key string, n int) (*Reservation, error) {
+	return lm.k.Reserve(ctx, key, n)
+}
+
+// Take decides n events for key like AllowN and hands back the booking,
+// so that its cost can be settled later with Reservation.Settle: the
+// Reservation is OK iff the events were allowed now. See Taker. It fails
+// only on invalid n.
+func (lm *LeakyMeter) Take(ctx context.Context, key string, n int) (*Reservation, error) {
+	return lm.k.Take(ctx, key, n)
+}
+
+// Wait is shorthand for WaitN(ctx, key, 1).
+func (lm *LeakyMeter) Wait(ctx context.Context, key string) error {
+	return lm.k.WaitN(ctx, key, 1)
+}
+
+// WaitN blocks until n events for key may happen and records them. See
+// Limiter for what it leaves behind when it fails.
+func (lm *LeakyMeter) WaitN(ctx context.Context, key string, n int) error {
+	return lm.k.WaitN(ctx, key, n)
+}
+
+// Stats describes the keyed store.
+func (lm *LeakyMeter) Stats() Stats { return lm.k.Stats() }
+
+// Sweep drops every key at rest now and shrinks tables left mostly empty,
+// so memory comes back after a flood of keys. Decisions are unchanged.
+func (lm *LeakyMeter) Sweep() { lm.k.Sweep() }
+
+// Close stops the sweeper goroutine started by WithSweepInterval, if any,
+// and waits for it to return. The limiter remains usable; keys are then
+// dropped lazily only. Close is safe to call more than once.
+func (lm *LeakyMeter) Close() error { return lm.k.Close() }
+
+// Limit returns the most events the limiter allows a key at once, under
+// its parameters now.
+func (lm *LeakyMeter) Limit() int { return lm.k.Limit() }
+
+// Reset makes key start afresh: at rest, with its full allowance from now
+// on, as if it had never been seen; a key with an override keeps it, and
+// starts afresh under it. A Cancel or Settle of a booking made on key
+// before it gives nothing back (an excess is still charged); bookings on
+// other keys are untouched.
+func (lm *LeakyMeter) Reset(key string) { lm.k.Reset(key) }
+
+// RemoveOverride takes key's override away, if it has one: the key is
+// back under the limiter's parameters from its next decision on,
+// atomically, its state re-expressed in them as SetRate does it (the
+// allowance it held, capped at the limiter's), and follows SetRate again.
+// A Cancel of a booking made before it gives nothing back, on any key, as
+// after SetRate.
+func (lm *LeakyMeter) RemoveOverride(key string) { lm.k.setOverride(key, nil, Rate{}, 0) }
+
+var _ inMemory = (*LeakyMeter)(nil)
+
+var _ Taker = (*LeakyMeter)(nil)
+
+func (lm *LeakyMeter) multiClock() Clock { return lm.k.multiClock() }
+
+func (lm *LeakyMeter) multiBook(key string, n int) (Decision, booked, bool) {
+	return lm.k.multiBook(key, n)
+}
+
+func (lm *LeakyMeter) multiUnbook(key string, n int, b booked, rollback bool) {
+	lm.k.multiUnbook(key, n, b, rollback)
+}
+
+func (lm *LeakyMeter) multiPeek(key string) Decision { return lm.k.multiPeek(key) }
+
+func (lm *LeakyMeter) multiValidN(key string, n int) error { return lm.k.multiValidN(key, n) }
+
+func (lm *LeakyMeter) latestOnly() bool { return lm.k.latestOnly() }
+
+func (lm *LeakyMeter) multiCheck(key string, n int) (Decision, int64) {
+	return lm.k.multiCheck(key, n)
+}
+
+func (lm *LeakyMeter) multiBookAt(key string, n int, now int64) (Decision, booked, bool) {
+	return lm.k.multiBookAt(key, n, now)
+}
+
+func (lm *LeakyMeter) observer() *observed { return lm.k.obs }

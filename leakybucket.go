@@ -41,7 +41,8 @@ package ratelimit
 // SetRate changes the rate and capacity at run time; SetOverride gives a
 // key its own (tiers); Reset makes a key start afresh.
 // docs/algorithms.md explains the choices and how it relates to
-// TokenBucket, the leaky bucket used as a meter.
+// LeakyMeter, the leaky bucket used as a meter (the token bucket's
+// function).
 //
 // Build it with NewLeakyBucket. It is safe for concurrent use. Most callers
 // want Wait (to be shaped) or Allow (to drop what cannot go now).

@@ -1,7 +1,9 @@
 // Package ratelimit limits how often events may happen, per key.
 //
 // Five algorithms implement one Limiter interface: TokenBucket,
-// LeakyBucket, FixedWindow, SlidingLog and SlidingWindowCounter. Each keeps
+// LeakyBucket, FixedWindow, SlidingLog and SlidingWindowCounter; LeakyMeter
+// is the leaky bucket read as a meter, the token bucket's function under
+// the name of a level that leaks. Each keeps
 // a small state per key (an IP, a user id, "POST /posts", or "" for one
 // global bucket) in a sharded in-memory store that drops keys at rest and
 // can be capped. Time comes from a Clock, kept in integer nanoseconds.

@@ -31,6 +31,8 @@ func shortKeyStore(t *testing.T, l testLimiter, n int) {
 		setShortKeyStore(&l.k, n)
 	case *SlidingWindowCounter:
 		setShortKeyStore(&l.k, n)
+	case *LeakyMeter:
+		setShortKeyStore(&l.k, n)
 	default:
 		t.Fatalf("no store in %T", l)
 	}
@@ -194,6 +196,8 @@ func checkOverrideExact(l testLimiter, keys []string, now int64) error {
 	case *SlidingLog:
 		return overrideExact(&l.k, keys, now)
 	case *SlidingWindowCounter:
+		return overrideExact(&l.k, keys, now)
+	case *LeakyMeter:
 		return overrideExact(&l.k, keys, now)
 	}
 	return fmt.Errorf("no store in %T", l)

@@ -355,6 +355,9 @@ var debtCases = map[string]struct {
 	// Carried as the fixed window, the window at 2s holding 2 after one
 	// of 4: 4·(1−e)+2+1 <= 4 at e = 3/4.
 	"SlidingWindowCounter": {2750 * time.Millisecond, 1, "weighted count of the window at 2s"},
+	// The token bucket's: the level is 10 at t0 (C = 4); one more fits
+	// once 7 have leaked out, at 4/s.
+	"LeakyMeter": {1750 * time.Millisecond, 1, "level 10 at t0"},
 }
 
 func testSettleDebtDelays(t *testing.T, alg algorithm) {

@@ -151,6 +151,8 @@ func checkLimiterStore(t *testing.T, lim testLimiter) {
 		checkStore(t, l.k.st)
 	case *SlidingWindowCounter:
 		checkStore(t, l.k.st)
+	case *LeakyMeter:
+		checkStore(t, l.k.st)
 	default:
 		t.Fatalf("checkLimiterStore: unknown limiter %T", lim)
 	}

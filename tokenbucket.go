@@ -54,7 +54,8 @@ import "fmt"
 // key its own (tiers); Reset makes a key start afresh.
 //
 // A leaky bucket used as a meter (drop what overflows, no queue) is this
-// same function; LeakyBucket is the leaky bucket as a shaper.
+// same function, offered as LeakyMeter; LeakyBucket is the leaky bucket as
+// a shaper.
 //
 // Build it with NewTokenBucket. It is safe for concurrent use. Most callers
 // want Allow.

@@ -122,6 +122,26 @@ var testAlgorithms = []testAlgorithm{
 			return slidingBound(p.rate.Period, 2*n-(2*n+w-1)/w)
 		},
 	},
+	{
+		// The leaky bucket as a meter runs the token bucket's script.
+		name: "LeakyMeter", vectors: "leakymeter", bucket: true,
+		core: func(r ratelimit.Rate, capacity int, opts ...ratelimit.Option) (ratelimit.Limiter, error) {
+			return ratelimit.NewLeakyMeter(r, capacity, opts...)
+		},
+		redis: func(c Client, r ratelimit.Rate, capacity int, opts ...Option) (ratelimit.Limiter, error) {
+			return NewLeakyMeter(c, r, capacity, opts...)
+		},
+		conformance: []params{
+			{ratelimit.PerSecond(3), 5},
+			{ratelimit.Per(7, 2*time.Second), 1},
+			{ratelimit.PerSecond(1_000_000_007), 40},
+			{ratelimit.Per(1<<52-3, 30*24*time.Hour), 40}, // as for TokenBucket
+		},
+		hammer: params{ratelimit.PerHour(1), 25}, hammerExact: true,
+		bench:  params{ratelimit.PerSecond(1_000_000), 1000},
+		bounds: []params{{ratelimit.PerSecond(10), 1}, {ratelimit.PerSecond(3), 5}},
+		bound:  func(p params) func([]booked) error { return tokenBound(p.rate, p.capacity) },
+	},
 }
 
 // testAlgorithm is an entry of the list: the algorithm's constructors in

@@ -1,6 +1,6 @@
 // Package redis runs the ratelimit algorithms on Redis, so that every
 // instance of a service shares one limit per key: TokenBucket, LeakyBucket,
-// FixedWindow, SlidingLog and SlidingWindowCounter, each a
+// FixedWindow, SlidingLog, SlidingWindowCounter and LeakyMeter, each a
 // ratelimit.Limiter whose decisions are those of the in-memory type of the
 // same name, to the nanosecond; and Bulkhead, at most n calls in flight
 // per key across instances, with leases that expire when a holder dies. It

@@ -1,7 +1,8 @@
-// Command algorithms runs the five algorithms side by side on one bursty
-// trace of requests, on a manual clock, so that their differences show:
-// which let a burst through, which smooth it out, and the fixed window's
-// double burst across a window boundary.
+// Command algorithms runs the algorithms side by side on one bursty trace
+// of requests, on a manual clock, so that their differences show: which
+// let a burst through, which smooth it out, and the fixed window's double
+// burst across a window boundary. The leaky bucket appears twice, as a
+// shaper and as a meter (which answers as the token bucket does).
 package main
 
 import (
@@ -43,7 +44,7 @@ var start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // buckets hold 4.
 var rate = ratelimit.Per(4, 2*time.Second)
 
-// algorithms builds the five limiters, each on the clock it is given.
+// algorithms builds the limiters, each on the clock it is given.
 var algorithms = []struct {
 	name, long string
 	new        func(c ratelimit.Clock) (ratelimit.Limiter, error)
@@ -53,6 +54,9 @@ var algorithms = []struct {
 	}},
 	{"leaky", "LeakyBucket", func(c ratelimit.Clock) (ratelimit.Limiter, error) {
 		return ratelimit.NewLeakyBucket(rate, 4, ratelimit.WithClock(c))
+	}},
+	{"meter", "LeakyMeter", func(c ratelimit.Clock) (ratelimit.Limiter, error) {
+		return ratelimit.NewLeakyMeter(rate, 4, ratelimit.WithClock(c))
 	}},
 	{"fixed", "FixedWindow", func(c ratelimit.Clock) (ratelimit.Limiter, error) {
 		return ratelimit.NewFixedWindow(rate, ratelimit.WithClock(c))
@@ -92,7 +96,7 @@ type lane struct {
 	allowed    []bool
 }
 
-// simulate runs the trace through the five algorithms, each on its own
+// simulate runs the trace through the algorithms, each on its own
 // manual clock set to the request's instant.
 func simulate() ([]lane, error) {
 	ctx := context.Background()
@@ -118,7 +122,7 @@ func simulate() ([]lane, error) {
 	return lanes, nil
 }
 
-// run prints the trace through the five algorithms as a table, the counts
+// run prints the trace through the algorithms as a table, the counts
 // that tell them apart, and the leaky bucket shaping a burst.
 func run(w io.Writer) error {
 	lanes, err := simulate()
@@ -127,7 +131,7 @@ func run(w io.Writer) error {
 	}
 	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
 
-	fmt.Fprintln(w, "Five algorithms, one trace: 4 per 2 s (2/s on average; the buckets hold 4).")
+	fmt.Fprintln(w, "The algorithms, one trace: 4 per 2 s (2/s on average; the buckets hold 4).")
 	fmt.Fprintln(w, "Windows of the fixed window and the counter start at 0 s, 2 s, 4 s, ...")
 	fmt.Fprintln(w)
 	p("%7s", "t")
@@ -168,6 +172,8 @@ func run(w io.Writer) error {
 	p("%s\n", strings.TrimSpace(`
 token    bursts up to its capacity, then 2/s.
 leaky    Allow passes only what can leave now: never a burst, one per 0.5 s.
+meter    the leaky bucket as a meter: a level that leaks 2/s, admitting while
+         it fits in 4; the same answers as the token bucket.
 fixed    4 per aligned window, but 4 at 3.9 s and 4 at 4.0 s: 8 in 0.1 s.
 log      exact: never more than 4 in any 2 s.
 counter  weights the previous window by its overlap: O(1) memory, near the log,

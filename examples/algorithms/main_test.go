@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +47,9 @@ func TestPictureClaims(t *testing.T) {
 	}
 	if n := mostWithin(allowed["log"], 2*time.Second); n != 4 {
 		t.Errorf("sliding log: %d allowed within 2 s, the picture says at most 4", n)
+	}
+	if !slices.Equal(allowed["meter"], allowed["token"]) {
+		t.Errorf("leaky meter: allowed at %v, the token bucket at %v; the picture says the same", allowed["meter"], allowed["token"])
 	}
 	if n := mostWithin(allowed["token"], time.Nanosecond); n != 4 {
 		t.Errorf("token bucket: a burst of %d at one instant, the picture says up to 4", n)

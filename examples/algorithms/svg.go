@@ -21,6 +21,7 @@ const (
 var notes = map[string]string{
 	"token":   "bursts up to 4, then 2/s",
 	"leaky":   "evenly spaced: one per 0.5 s",
+	"meter":   "the token bucket's answers",
 	"fixed":   "4 per window: 0–2 s, 2–4 s, …",
 	"log":     "never more than 4 in any 2 s",
 	"counter": "an estimate, near the log",
@@ -50,7 +51,7 @@ func picture(lanes []lane) string {
 	p(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="14">`+"\n",
 		width, height, width, height)
 	p(`<rect width="%d" height="%d" fill="#ffffff"/>`+"\n", width, height)
-	p(`<text x="16" y="24" font-size="16" font-weight="bold">One bursty trace through the five algorithms: 4 per 2 s (2/s on average)</text>` + "\n")
+	p(`<text x="16" y="24" font-size="16" font-weight="bold">One bursty trace through the algorithms: 4 per 2 s (2/s on average)</text>` + "\n")
 	// Legend.
 	p(`<circle cx="22" cy="44" r="5" fill="#1a7f37"/><text x="32" y="49">allowed</text>` + "\n")
 	cross(&b, 112, 44, "#cf222e")
