@@ -73,6 +73,7 @@ type Replayer struct {
 	routes  map[string]int32
 	routeOf [][]*classState // routeOf[route][set]
 	keys    map[string]string
+	groups  map[netip.Prefix]string // IPv6 groups' keys
 	buf     []byte
 	pending pendingHeap
 	seq     int64
@@ -118,7 +119,7 @@ func New(files []RuleFile, opts Options) (*Replayer, error) {
 	if build == nil {
 		build = ratelimit.ParseRules
 	}
-	r := &Replayer{opts: opts, clock: &Clock{}, routes: make(map[string]int32), keys: make(map[string]string)}
+	r := &Replayer{opts: opts, clock: &Clock{}, routes: make(map[string]int32), keys: make(map[string]string), groups: make(map[netip.Prefix]string)}
 	for _, f := range files {
 		s := &setState{name: f.Name, r: r, byName: make(map[string]int)}
 		rules, err := build(f.Text, ratelimit.WithClock(r.clock), ratelimit.WithObserver(s), ratelimit.WithMaxKeys(opts.MaxKeys))
@@ -221,17 +222,29 @@ func (r *Replayer) ipKey(b []byte) string {
 		return k
 	}
 	s := string(b)
-	k := s
-	if a, err := netip.ParseAddr(s); err == nil {
-		a = a.Unmap().WithZone("")
-		if a.Is6() && r.opts.IPv6Prefix < 128 {
-			p, _ := a.Prefix(r.opts.IPv6Prefix)
-			k = p.String()
-		} else {
-			k = a.String()
-		}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		r.intern(s, s)
+		return s
 	}
-	r.intern(s, k)
+	a = a.Unmap().WithZone("")
+	if !a.Is6() || r.opts.IPv6Prefix == 128 {
+		k := a.String()
+		r.intern(s, k)
+		return k
+	}
+	// An IPv6 client is looked up by its group, not interned by address:
+	// clients that change their address within the group (privacy
+	// addresses) would otherwise fill the table with one-off entries.
+	p, _ := a.Prefix(r.opts.IPv6Prefix)
+	if k, ok := r.groups[p]; ok {
+		return k
+	}
+	if len(r.groups) >= maxKeys {
+		clear(r.groups)
+	}
+	k := p.String()
+	r.groups[p] = k
 	return k
 }
 
@@ -312,13 +325,15 @@ type setState struct {
 	classes map[string]*classState
 	stats   []ruleStats
 	byName  map[string]int
+	last    ratelimit.MultiDecision // the last decision (kept here, not on the heap per call)
 	// counts
 	requests, refused, exempt, noKey int64
 }
 
 type classState struct {
-	set   *ratelimit.RuleSet
-	rules []int // index in stats of each rule of set
+	set              *ratelimit.RuleSet
+	rules            []int // index in stats of each rule of set
+	needUser, needIP bool  // a rule of set counts per user, per ip
 }
 
 func (s *setState) index() error {
@@ -354,6 +369,8 @@ func (s *setState) index() error {
 		c := &classState{set: set}
 		for _, rule := range set.Rules() {
 			c.rules = append(c.rules, s.byName[rule.Name])
+			c.needUser = c.needUser || rule.Scope == ratelimit.PerUser
+			c.needIP = c.needIP || rule.Scope == ratelimit.PerIP
 		}
 		return c
 	}
@@ -415,11 +432,16 @@ func (s *setState) decide(c *classState, who ratelimit.Subject) *ratelimit.Multi
 		s.exempt++
 		return nil
 	}
+	if c.needUser && who.User == "" || c.needIP && who.IP == "" {
+		s.noKey++ // as Check would answer (ErrNoKey), without building its error
+		return nil
+	}
 	d, err := c.set.Check(context.Background(), who, 1)
 	if err != nil {
 		s.noKey++
 		return nil
 	}
+	s.last = d
 	for j, i := range c.rules {
 		st := &s.stats[i]
 		st.seen++
@@ -437,7 +459,7 @@ func (s *setState) decide(c *classState, who ratelimit.Subject) *ratelimit.Multi
 	if !d.Allowed {
 		s.refused++
 	}
-	return &d
+	return &s.last
 }
 
 // Observe counts a shadow rule's would-refusal (an enforced rule's refusal
