@@ -72,9 +72,8 @@ type Replayer struct {
 	sets    []*setState
 	routes  map[string]int32
 	routeOf [][]*classState // routeOf[route][set]
-	keys    map[string]string
-	groups  map[netip.Prefix]string // IPv6 groups' keys
-	buf     []byte
+	keyer
+	rbuf    []byte
 	pending pendingHeap
 	seq     int64
 	maxSeen int64
@@ -119,7 +118,7 @@ func New(files []RuleFile, opts Options) (*Replayer, error) {
 	if build == nil {
 		build = ratelimit.ParseRules
 	}
-	r := &Replayer{opts: opts, clock: &Clock{}, routes: make(map[string]int32), keys: make(map[string]string), groups: make(map[netip.Prefix]string)}
+	r := &Replayer{opts: opts, clock: &Clock{}, routes: make(map[string]int32), keyer: newKeyer(opts.IPv6Prefix)}
 	for _, f := range files {
 		s := &setState{name: f.Name, r: r, byName: make(map[string]int)}
 		rules, err := build(f.Text, ratelimit.WithClock(r.clock), ratelimit.WithObserver(s), ratelimit.WithMaxKeys(opts.MaxKeys))
@@ -211,10 +210,23 @@ func (r *Replayer) decide(p *pending) {
 	}
 }
 
+// keyer derives the keys of requests as the middleware would, interning
+// them: at most maxKeys of each table, then the table starts afresh.
+type keyer struct {
+	ipv6   int
+	keys   map[string]string
+	groups map[netip.Prefix]string // IPv6 groups' keys
+	buf    []byte
+}
+
+func newKeyer(ipv6 int) keyer {
+	return keyer{ipv6: ipv6, keys: make(map[string]string), groups: make(map[netip.Prefix]string)}
+}
+
 // ipKey returns the key of a client address as the middleware derives it:
 // the address, an IPv4-mapped one as IPv4, IPv6 grouped by its prefix; a
 // client that is not an address (a host name) is keyed as written.
-func (r *Replayer) ipKey(b []byte) string {
+func (r *keyer) ipKey(b []byte) string {
 	if len(b) == 0 || len(b) == 1 && b[0] == '-' {
 		return ""
 	}
@@ -228,7 +240,7 @@ func (r *Replayer) ipKey(b []byte) string {
 		return s
 	}
 	a = a.Unmap().WithZone("")
-	if !a.Is6() || r.opts.IPv6Prefix == 128 {
+	if !a.Is6() || r.ipv6 == 128 {
 		k := a.String()
 		r.intern(s, k)
 		return k
@@ -236,7 +248,7 @@ func (r *Replayer) ipKey(b []byte) string {
 	// An IPv6 client is looked up by its group, not interned by address:
 	// clients that change their address within the group (privacy
 	// addresses) would otherwise fill the table with one-off entries.
-	p, _ := a.Prefix(r.opts.IPv6Prefix)
+	p, _ := a.Prefix(r.ipv6)
 	if k, ok := r.groups[p]; ok {
 		return k
 	}
@@ -248,7 +260,7 @@ func (r *Replayer) ipKey(b []byte) string {
 	return k
 }
 
-func (r *Replayer) userKey(b []byte) string {
+func (r *keyer) userKey(b []byte) string {
 	if len(b) == 0 {
 		return ""
 	}
@@ -263,7 +275,7 @@ func (r *Replayer) userKey(b []byte) string {
 	return k
 }
 
-func (r *Replayer) intern(from, to string) {
+func (r *keyer) intern(from, to string) {
 	if len(r.keys) >= maxKeys {
 		clear(r.keys)
 	}
@@ -277,8 +289,8 @@ func (r *Replayer) route(method, target []byte) int32 {
 	if i := indexByte(path, '?'); i >= 0 {
 		path = path[:i]
 	}
-	r.buf = append(append(append(r.buf[:0], method...), ' '), path...)
-	if id, ok := r.routes[string(r.buf)]; ok {
+	r.rbuf = append(append(append(r.rbuf[:0], method...), ' '), path...)
+	if id, ok := r.routes[string(r.rbuf)]; ok {
 		return id
 	}
 	if len(r.routes) >= maxRoutes {
@@ -292,7 +304,7 @@ func (r *Replayer) route(method, target []byte) int32 {
 		classes[i] = s.classOf(req)
 	}
 	r.routeOf = append(r.routeOf, classes)
-	r.routes[string(r.buf)] = id
+	r.routes[string(r.rbuf)] = id
 	return id
 }
 
