@@ -1,12 +1,15 @@
 // Command ratelimit tries rate limits on traffic already served.
 //
 //	ratelimit replay -rules RULES [flags] LOG...
+//	ratelimit suggest -scope ip|user|global [-class PATTERN] [flags] LOG...
 //
 // reads access logs (the combined or common log format, or JSON lines;
 // gzip-compressed or not; "-" for standard input), runs every request
 // through the rules (ParseRules syntax) on a clock driven by the logs'
 // timestamps, and reports, rule by rule, what they would have refused.
-// Several -rules compare rule sets on the same traffic.
+// Several -rules compare rule sets on the same traffic. suggest finds, for
+// a scope and candidate rates, the smallest token-bucket burst that
+// refuses at most a share of the requests (or of the keys).
 //
 // See docs/replay.md for the flags, the report and its limits.
 package main
@@ -34,7 +37,9 @@ func main() {
 }
 
 const usage = `usage: ratelimit replay -rules FILE [-rules FILE...] [flags] LOG...
-run "ratelimit replay -h" for the flags; see docs/replay.md`
+       ratelimit suggest -scope ip|user|global [-class PATTERN] [flags] LOG...
+run "ratelimit replay -h" or "ratelimit suggest -h" for the flags;
+see docs/replay.md`
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -44,6 +49,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "replay":
 		return runReplay(args[1:], stdin, stdout, stderr)
+	case "suggest":
+		return runSuggest(args[1:], stdin, stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(stdout, usage)
 		return 0
@@ -150,7 +157,13 @@ func replayLogs(f *replayFlags, logs []string, stdin io.Reader, stderr io.Writer
 	return r.Finish(), nil
 }
 
-func replayFile(r *replay.Replayer, p *accesslog.Parser, name string, stdin io.Reader, strict bool, prog *progress) error {
+// sink is what the lines of a log go to: a replay or a trace.
+type sink interface {
+	Add(file string, line int64, e *accesslog.Entry)
+	Malformed(file string, line int64, err error)
+}
+
+func replayFile(r sink, p *accesslog.Parser, name string, stdin io.Reader, strict bool, prog *progress) error {
 	var in io.Reader = stdin
 	var size int64 = -1
 	if name != "-" {
@@ -221,7 +234,7 @@ func replayFile(r *replay.Replayer, p *accesslog.Parser, name string, stdin io.R
 	}
 }
 
-func malformedLine(r *replay.Replayer, name string, n int64, err error, strict bool) error {
+func malformedLine(r sink, name string, n int64, err error, strict bool) error {
 	if strict {
 		return fmt.Errorf("%s:%d: %w", name, n, err)
 	}

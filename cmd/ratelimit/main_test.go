@@ -152,3 +152,22 @@ func TestErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestGoldenSuggest(t *testing.T) {
+	out := runOK(t, "", "suggest", "-scope", "ip", "-class", "POST /login", "-rates", "1/m,5/m,30/m", "-targets", "0%,1%,5%", "testdata/combined.log")
+	golden(t, "suggest.txt.golden", out)
+	js := runOK(t, "", "suggest", "-json", "-scope", "user", "-rates", "1/s", "-targets", "1%", "-of", "keys",
+		"-format", "json", "-time-field", "ts", "-ip-field", "client", "-user-field", "uid", "-path-field", "uri", "testdata/access.jsonl.gz")
+	golden(t, "suggest.json.golden", js)
+	for _, args := range [][]string{
+		{"suggest", "-scope", "tenant", "testdata/combined.log"},
+		{"suggest", "-targets", "5", "testdata/combined.log"},
+		{"suggest", "-rates", "fast", "testdata/combined.log"},
+		{"suggest", "-of", "bytes", "testdata/combined.log"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(args, nil, &out, &errb); code == 0 || errb.Len() == 0 {
+			t.Errorf("%v: exit %d, stderr %q", args, code, errb.String())
+		}
+	}
+}
