@@ -137,19 +137,20 @@ func (t *Trace) sort() {
 // Outcome is what a token bucket of a given rate and burst refuses of the
 // trace.
 type Outcome struct {
-	Burst           int
-	Refused         int64 // requests refused
-	KeysRefused     int64 // keys refused at least once
-	Share, KeyShare float64
+	Burst       int     `json:"burst"`
+	Refused     int64   `json:"refused"`      // requests refused
+	KeysRefused int64   `json:"keys_refused"` // keys refused at least once
+	Share       float64 `json:"share"`
+	KeyShare    float64 `json:"key_share"`
 }
 
 // Cell is the answer for one rate and one target: the smallest burst whose
 // share refused is at most the target, and what one less refuses (nil when
 // the burst is 1).
 type Cell struct {
-	Target  float64
-	At      Outcome
-	Smaller *Outcome
+	Target  float64  `json:"target"`
+	At      Outcome  `json:"at"`
+	Smaller *Outcome `json:"one_less,omitempty"`
 }
 
 // Row is the answers for one rate: NoRefusal is the smallest burst that
