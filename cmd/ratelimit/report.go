@@ -77,7 +77,11 @@ func writeText(w io.Writer, r *replay.Report) {
 			if rr.DistinctAtLeast {
 				at = "at least "
 			}
-			fmt.Fprintf(w, "    %s %s of %s (%s), %s%s keys\n", verb, count(rr.Refused), count(rr.Seen), percent(rr.Refused, rr.Seen), at, count(rr.DistinctKeys))
+			keys := "keys"
+			if rr.DistinctKeys == 1 && !rr.DistinctAtLeast {
+				keys = "key"
+			}
+			fmt.Fprintf(w, "    %s %s of %s (%s), %s%s %s\n", verb, count(rr.Refused), count(rr.Seen), percent(rr.Refused, rr.Seen), at, count(rr.DistinctKeys), keys)
 			if rr.Refused == 0 {
 				continue
 			}

@@ -162,7 +162,7 @@ func (r *Replayer) Add(file string, line int64, e *accesslog.Entry) {
 		r.rep.Late++
 		if len(r.rep.LateLines) < r.opts.Samples {
 			r.rep.LateLines = append(r.rep.LateLines, Sample{File: file, Line: line,
-				Error: fmt.Sprintf("%v is %v before a line already decided", time.Unix(0, p.t).UTC().Format(time.RFC3339Nano), time.Duration(r.now-p.t))})
+				Error: fmt.Sprintf("%v, %v before a decided line", time.Unix(0, p.t).UTC().Format(time.RFC3339Nano), time.Duration(r.now-p.t))})
 		}
 		p.t = r.now
 	}

@@ -195,7 +195,7 @@ func TestLateLines(t *testing.T) {
 	if !slices.Equal(at, want) {
 		t.Fatalf("decided at %v, want %v", at, want)
 	}
-	if rep.Late != 2 || len(rep.LateLines) != 2 || rep.LateLines[0].Line != 3 || rep.LateLines[1].Line != 6 || !strings.Contains(rep.LateLines[0].Error, "1s before") {
+	if rep.Late != 2 || len(rep.LateLines) != 2 || rep.LateLines[0].Line != 3 || rep.LateLines[1].Line != 6 || !strings.Contains(rep.LateLines[0].Error, "1s before a decided line") {
 		t.Fatalf("late: %d %+v", rep.Late, rep.LateLines)
 	}
 }
