@@ -9,14 +9,13 @@ import (
 // that day's midnight in that zone, so that lines of the same day are read
 // without a calendar computation.
 type dateCache struct {
-	clfKey  [16]byte // "02/Jan/2006-0700"
-	clfOK   bool
-	clfDay  int64
-	isoKey  [16]byte // "2006-01-02" and the zone as written, up to 6 bytes
-	isoLen  int
-	isoOK   bool
-	isoDay  int64
-	isoZone int64 // the zone's offset east of UTC, seconds
+	clfKey [16]byte // "02/Jan/2006-0700"
+	clfOK  bool
+	clfDay int64
+	isoKey [16]byte // "2006-01-02" and the zone as written, up to 6 bytes
+	isoLen int
+	isoOK  bool
+	isoDay int64
 }
 
 var months = [12]string{"Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"}
