@@ -68,6 +68,7 @@ type replayFlags struct {
 	rules                             multiFlag
 	format                            string
 	jsonOut, strict                   bool
+	html                              string
 	maxKeys, top, ipv6                int
 	reorder                           time.Duration
 	timeF, ipF, userF, methodF, pathF string
@@ -78,6 +79,7 @@ func (f *replayFlags) define(fs *flag.FlagSet) {
 	fs.StringVar(&f.format, "format", "combined", "log format: "+strings.Join(accesslog.Formats, ", "))
 	fs.BoolVar(&f.jsonOut, "json", false, "write the report as JSON")
 	fs.BoolVar(&f.strict, "strict", false, "stop at the first malformed line")
+	fs.StringVar(&f.html, "html", "", "replay: also write the report as one HTML page with SVG charts to this file")
 	fs.IntVar(&f.maxKeys, "max-keys", 1_000_000, "keys each limiter holds at most")
 	fs.IntVar(&f.top, "top", 5, "keys refused most listed per rule")
 	fs.IntVar(&f.ipv6, "ipv6-prefix", 64, "IPv6 clients are keyed by this prefix")
@@ -105,6 +107,18 @@ func runReplay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "ratelimit replay:", err)
 		return 1
+	}
+	if f.html != "" {
+		if err := writeHTMLFile(f.html, rep); err != nil {
+			fmt.Fprintln(stderr, "ratelimit replay:", err)
+			return 1
+		}
+		for i := range rep.Sets { // the details are the page's; the other reports stay as without -html
+			for j := range rep.Sets[i].Rules {
+				rr := &rep.Sets[i].Rules[j]
+				rr.Limit, rr.Period, rr.Minutes, rr.PeakRates = 0, 0, nil, nil
+			}
+		}
 	}
 	if f.jsonOut {
 		enc := json.NewEncoder(stdout)
@@ -142,7 +156,7 @@ func replayLogs(f *replayFlags, logs []string, stdin io.Reader, stderr io.Writer
 	if f.top < 1 {
 		return nil, fmt.Errorf("-top must be at least 1, got %d", f.top)
 	}
-	r, err := replay.New(files, replay.Options{MaxKeys: f.maxKeys, Reorder: f.reorder, IPv6Prefix: f.ipv6, Top: f.top})
+	r, err := replay.New(files, replay.Options{MaxKeys: f.maxKeys, Reorder: f.reorder, IPv6Prefix: f.ipv6, Top: f.top, Detail: f.html != ""})
 	if err != nil {
 		return nil, err
 	}
@@ -240,6 +254,18 @@ func malformedLine(r sink, name string, n int64, err error, strict bool) error {
 	}
 	r.Malformed(name, n, err)
 	return nil
+}
+
+func writeHTMLFile(name string, rep *replay.Report) error {
+	fh, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	if err := writeHTML(fh, rep); err != nil {
+		fh.Close()
+		return err
+	}
+	return fh.Close()
 }
 
 type countingReader struct {

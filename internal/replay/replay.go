@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -60,6 +61,12 @@ type Options struct {
 	// the subject and the set's MultiDecision (nil for an exempt request
 	// or one without a key).
 	Decided func(set int, at time.Time, who ratelimit.Subject, d *ratelimit.MultiDecision)
+	// Detail keeps, per rule, the requests seen and refused minute by
+	// minute and each key's peak count per rate period, for the HTML
+	// report (Report.Sets[i].Rules[j].Minutes and PeakRates); it costs a
+	// map update per rule and request, and memory per minute of the logs
+	// and per key (at most MaxTracked keys per rule).
+	Detail bool
 	// Build, if not nil, builds a set's rules instead of ParseRules(text,
 	// opts...); tests use it to replay other algorithms.
 	Build func(text string, opts ...ratelimit.Option) (*ratelimit.Rules, error)
@@ -353,7 +360,11 @@ func (s *setState) index() error {
 	newStat := func(rule ratelimit.Rule) {
 		if _, ok := s.byName[rule.Name]; !ok {
 			s.byName[rule.Name] = len(s.stats)
-			s.stats = append(s.stats, ruleStats{name: rule.Name, shadow: rule.Shadow, scope: rule.Scope.String(), scopeV: rule.Scope, minutes: make(map[int64]int64)})
+			s.stats = append(s.stats, ruleStats{name: rule.Name, shadow: rule.Shadow, scope: rule.Scope.String(), scopeV: rule.Scope, rate: rule.Rate, minutes: make(map[int64]int64)})
+			if s.r.opts.Detail {
+				st := &s.stats[len(s.stats)-1]
+				st.seenMin, st.peaks = make(map[int64]int64), make(map[string]*peakState)
+			}
 		}
 	}
 	every := s.rules.For("*").Rules()
@@ -457,14 +468,17 @@ func (s *setState) decide(c *classState, who ratelimit.Subject) *ratelimit.Multi
 	for j, i := range c.rules {
 		st := &s.stats[i]
 		st.seen++
+		key := ""
+		switch st.scopeV {
+		case ratelimit.PerIP:
+			key = who.IP
+		case ratelimit.PerUser:
+			key = who.User
+		}
+		if st.seenMin != nil {
+			st.detail(key, s.r.now, s.r.opts.MaxTracked)
+		}
 		if !st.shadow && !d.At(j).Allowed {
-			key := ""
-			switch st.scopeV {
-			case ratelimit.PerIP:
-				key = who.IP
-			case ratelimit.PerUser:
-				key = who.User
-			}
 			st.refuse(key, s.r.now, s.r.opts.MaxTracked)
 		}
 	}
@@ -496,6 +510,10 @@ type ruleStats struct {
 	untracked     bool
 	first, last   int64
 	minutes       map[int64]int64
+	rate          ratelimit.Rate
+	// With Options.Detail: requests seen per minute, each key's peak.
+	seenMin map[int64]int64
+	peaks   map[string]*peakState
 }
 
 func (st *ruleStats) refuse(key string, now int64, maxTracked int) {
@@ -513,6 +531,27 @@ func (st *ruleStats) refuse(key string, now int64, maxTracked int) {
 	} else {
 		st.untracked = true
 	}
+}
+
+// peakState is a key's count in the current period of the rule's rate
+// (periods aligned to the Unix epoch) and the most it had in one.
+type peakState struct{ period, n, peak int64 }
+
+func (st *ruleStats) detail(key string, now int64, maxTracked int) {
+	st.seenMin[floorDiv(now, int64(time.Minute))]++
+	p, ok := st.peaks[key]
+	if !ok {
+		if len(st.peaks) >= maxTracked {
+			return
+		}
+		p = &peakState{period: math.MinInt64}
+		st.peaks[key] = p
+	}
+	if w := floorDiv(now, int64(st.rate.Period)); w != p.period {
+		p.period, p.n = w, 0
+	}
+	p.n++
+	p.peak = max(p.peak, p.n)
 }
 
 func floorDiv(a, b int64) int64 {
@@ -553,6 +592,19 @@ func (s *setState) report(top int) SetReport {
 			if len(rr.TopKeys) > top {
 				rr.TopKeys = rr.TopKeys[:top]
 			}
+		}
+		if st.seenMin != nil {
+			rr.Limit = st.rate.N
+			rr.Period = st.rate.Period
+			ms := make([]int64, 0, len(st.seenMin))
+			for m := range st.seenMin {
+				ms = append(ms, m)
+			}
+			slices.Sort(ms)
+			for _, m := range ms {
+				rr.Minutes = append(rr.Minutes, MinuteCount{Minute: time.Unix(0, m*int64(time.Minute)).UTC(), Seen: st.seenMin[m], Refused: st.minutes[m]})
+			}
+			rr.PeakRates = peakBuckets(st.peaks, st.rate.N)
 		}
 		out.Rules = append(out.Rules, rr)
 	}

@@ -47,6 +47,47 @@ type RuleReport struct {
 	LastRefusal       *time.Time `json:"last_refusal,omitempty"`
 	PeakMinute        *time.Time `json:"peak_minute,omitempty"`
 	PeakMinuteRefused int64      `json:"peak_minute_refused,omitempty"`
+	// With Options.Detail only:
+	Limit     int64         `json:"limit,omitempty"`  // the rule's rate: Limit per Period
+	Period    time.Duration `json:"period,omitempty"` // nanoseconds
+	Minutes   []MinuteCount `json:"minutes,omitempty"`
+	PeakRates []PeakBucket  `json:"peak_rates,omitempty"`
+}
+
+// MinuteCount is what a rule saw and refused in one minute.
+type MinuteCount struct {
+	Minute  time.Time `json:"minute"`
+	Seen    int64     `json:"seen"`
+	Refused int64     `json:"refused"`
+}
+
+// PeakBucket counts the keys whose peak (the most requests in one period
+// of the rule's rate) was at most Upto times the rule's limit per period,
+// and more than the bucket before's (Upto 0: more than the last bound).
+type PeakBucket struct {
+	Upto float64 `json:"upto"`
+	Keys int64   `json:"keys"`
+}
+
+// peakBounds are the buckets of PeakRates, as multiples of the limit.
+var peakBounds = []float64{0.25, 0.5, 1, 2, 4, 0}
+
+func peakBuckets(peaks map[string]*peakState, limit int64) []PeakBucket {
+	out := make([]PeakBucket, len(peakBounds))
+	for i, b := range peakBounds {
+		out[i].Upto = b
+	}
+	for _, p := range peaks {
+		i := len(peakBounds) - 1
+		for j, b := range peakBounds[:len(peakBounds)-1] {
+			if float64(p.peak) <= b*float64(limit) {
+				i = j
+				break
+			}
+		}
+		out[i].Keys++
+	}
+	return out
 }
 
 // KeyCount is a key and how many of its requests a rule refused.
