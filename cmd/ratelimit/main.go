@@ -162,11 +162,14 @@ func replayLogs(f *replayFlags, logs []string, stdin io.Reader, stderr io.Writer
 	}
 	defer r.Close()
 	prog := newProgress(stderr)
+	pp := newPipe(r)
 	for _, name := range logs {
-		if err := replayFile(r, parser, name, stdin, f.strict, prog); err != nil {
+		if err := replayFile(pp, parser, name, stdin, f.strict, prog); err != nil {
+			pp.close()
 			return nil, err
 		}
 	}
+	pp.close()
 	prog.done()
 	return r.Finish(), nil
 }

@@ -74,11 +74,10 @@ type Options struct {
 
 // Replayer decides requests; it is not safe for concurrent use.
 type Replayer struct {
-	opts    Options
-	clock   *Clock
-	sets    []*setState
-	routes  map[string]int32
-	routeOf [][]*classState // routeOf[route][set]
+	opts   Options
+	clock  *Clock
+	sets   []*setState
+	routes map[string][]*classState
 	keyer
 	rbuf    []byte
 	pending pendingHeap
@@ -125,7 +124,7 @@ func New(files []RuleFile, opts Options) (*Replayer, error) {
 	if build == nil {
 		build = ratelimit.ParseRules
 	}
-	r := &Replayer{opts: opts, clock: &Clock{}, routes: make(map[string]int32), keyer: newKeyer(opts.IPv6Prefix)}
+	r := &Replayer{opts: opts, clock: &Clock{}, routes: make(map[string][]*classState), keyer: newKeyer(opts.IPv6Prefix)}
 	for _, f := range files {
 		s := &setState{name: f.Name, r: r, byName: make(map[string]int)}
 		rules, err := build(f.Text, ratelimit.WithClock(r.clock), ratelimit.WithObserver(s), ratelimit.WithMaxKeys(opts.MaxKeys))
@@ -159,11 +158,29 @@ func (r *Replayer) Malformed(file string, line int64, err error) {
 
 // Add replays the request of one log line. The entry's bytes are not kept.
 func (r *Replayer) Add(file string, line int64, e *accesslog.Entry) {
+	r.AddPrepared(file, line, r.Prepare(e))
+}
+
+// Prepared is a request whose keys and classes have been found (by
+// Prepare), ready to be decided (by AddPrepared).
+type Prepared struct{ p pending }
+
+// Prepare finds the keys and classes of the request of e, keeping nothing
+// of e's bytes. Prepare and AddPrepared may run on two goroutines, each
+// call of either on one goroutine only, in the order of the lines: that
+// is a pipeline, the lines' reading and preparing on one goroutine, their
+// deciding on another.
+func (r *Replayer) Prepare(e *accesslog.Entry) Prepared {
+	return Prepared{pending{t: e.Time, ip: r.ipKey(e.IP), user: r.userKey(e.User), classes: r.route(e.Method, e.Path)}}
+}
+
+// AddPrepared replays a prepared request of one log line.
+func (r *Replayer) AddPrepared(file string, line int64, pr Prepared) {
 	r.rep.Lines++
 	r.rep.Requests++
-	p := pending{t: e.Time, ip: r.ipKey(e.IP), user: r.userKey(e.User), route: r.route(e.Method, e.Path)}
+	p := pr.p
 	if !r.started {
-		r.started, r.maxSeen = true, e.Time
+		r.started, r.maxSeen = true, p.t
 	}
 	if r.decided && p.t < r.now {
 		r.rep.Late++
@@ -210,7 +227,7 @@ func (r *Replayer) decide(p *pending) {
 	r.clock.set(p.t)
 	who := ratelimit.Subject{IP: p.ip, User: p.user}
 	for i, s := range r.sets {
-		d := s.decide(r.routeOf[p.route][i], who)
+		d := s.decide(p.classes[i], who)
 		if r.opts.Decided != nil {
 			r.opts.Decided(i, r.clock.Now(), who, d)
 		}
@@ -289,30 +306,28 @@ func (r *keyer) intern(from, to string) {
 	r.keys[from] = to
 }
 
-// route returns the index of the route of method and target: each set's
-// class for it, found as ServeMux would (the query left out).
-func (r *Replayer) route(method, target []byte) int32 {
+// route returns each set's class of method and target, found as
+// ServeMux would (the query left out). The slice is never changed once
+// returned.
+func (r *Replayer) route(method, target []byte) []*classState {
 	path := target
 	if i := indexByte(path, '?'); i >= 0 {
 		path = path[:i]
 	}
 	r.rbuf = append(append(append(r.rbuf[:0], method...), ' '), path...)
-	if id, ok := r.routes[string(r.rbuf)]; ok {
-		return id
+	if c, ok := r.routes[string(r.rbuf)]; ok {
+		return c
 	}
 	if len(r.routes) >= maxRoutes {
 		clear(r.routes)
-		r.routeOf = r.routeOf[:0]
 	}
-	id := int32(len(r.routeOf))
 	req := requestOf(string(method), string(path))
 	classes := make([]*classState, len(r.sets))
 	for i, s := range r.sets {
 		classes[i] = s.classOf(req)
 	}
-	r.routeOf = append(r.routeOf, classes)
-	r.routes[string(r.rbuf)] = id
-	return id
+	r.routes[string(r.rbuf)] = classes
+	return classes
 }
 
 func indexByte(b []byte, c byte) int {
@@ -620,7 +635,7 @@ func ptime(ns int64) *time.Time {
 type pending struct {
 	t, seq   int64
 	ip, user string
-	route    int32
+	classes  []*classState // per set
 }
 
 type pendingHeap []pending
