@@ -207,6 +207,7 @@ func replayFile(r sink, p *accesslog.Parser, name string, stdin io.Reader, stric
 	prog.file(counted, size)
 	var e accesslog.Entry
 	var lineNo int64
+	defer func() { prog.lines = lineNo }() // the file's count, for the next file's base
 	for {
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
