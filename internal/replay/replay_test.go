@@ -236,3 +236,34 @@ func TestBadRules(t *testing.T) {
 		t.Fatal("a negative window accepted")
 	}
 }
+
+// Memory follows the bounds, not the log: a flood of distinct clients and
+// paths leaves the interning tables, the route table and the refused keys
+// counted within their bounds, and the distinct count flagged as a lower
+// bound once the refused keys overflow.
+func TestBoundedMemory(t *testing.T) {
+	r, err := New([]RuleFile{{Name: "t", Text: "*: 1/h burst 1 per ip\n*: 1/h burst 1 per user"}}, Options{MaxTracked: 100, MaxKeys: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	n := maxKeys + maxRoutes + 5000
+	for i := range n {
+		ip := fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)
+		v6 := fmt.Sprintf("2001:db8:%x::1", i)
+		for _, a := range []string{ip, v6} {
+			e := accesslog.Entry{Time: int64(i), IP: []byte(a), User: []byte("u" + a), Method: []byte("GET"), Path: []byte(fmt.Sprint("/p/", i))}
+			r.Add("t", int64(i), &e)
+			r.Add("t", int64(i), &e) // refused: the second in an hour
+		}
+		if len(r.keys) > maxKeys || len(r.groups) > maxKeys || len(r.routes) > maxRoutes {
+			t.Fatalf("after %d lines: %d keys, %d groups, %d routes", i, len(r.keys), len(r.groups), len(r.routes))
+		}
+	}
+	rep := r.Finish()
+	for _, rr := range rep.Sets[0].Rules {
+		if rr.DistinctKeys > 100 || !rr.DistinctAtLeast || rr.Refused != int64(2*n) {
+			t.Fatalf("%s: %d distinct (lower bound %v), %d refused of %d", rr.Name, rr.DistinctKeys, rr.DistinctAtLeast, rr.Refused, rr.Seen)
+		}
+	}
+}
