@@ -35,6 +35,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/accesslog"
+	"github.com/ratelimitkit/ratelimit/internal/route"
 )
 
 // RuleFile is one set of rules to replay, as ParseRules reads it.
@@ -416,41 +417,12 @@ func (s *setState) index() error {
 		s.classes[class] = add(class)
 	}
 	s.every = add("*")
-	mux, err := patternMux(patterns)
+	mux, err := route.Mux(patterns)
 	if err != nil {
 		return err
 	}
 	s.mux = mux
 	return nil
-}
-
-const catchAll = "/"
-
-// patternMux routes to the rule classes as ServeMux patterns, as the
-// middleware does.
-func patternMux(classes []string) (mux *http.ServeMux, err error) {
-	mux = http.NewServeMux()
-	nop := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
-	for _, class := range classes {
-		func() {
-			defer func() {
-				if e := recover(); e != nil {
-					err = fmt.Errorf("rule class %q is not a ServeMux pattern (%v)", class, e)
-				}
-			}()
-			mux.Handle(class, nop)
-		}()
-		if err != nil {
-			return nil, err
-		}
-	}
-	if !slices.Contains(classes, catchAll) {
-		func() {
-			defer func() { recover() }()
-			mux.Handle(catchAll, nop)
-		}()
-	}
-	return mux, nil
 }
 
 func (s *setState) classOf(req *http.Request) *classState {

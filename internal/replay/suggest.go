@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/accesslog"
+	"github.com/ratelimitkit/ratelimit/internal/route"
 )
 
 // Trace is the requests of one scope (per ip, per user, global), and of
@@ -54,7 +55,7 @@ func NewTrace(scope ratelimit.Scope, class string, ipv6Prefix int) (*Trace, erro
 	}
 	t := &Trace{keyer: newKeyer(ipv6Prefix), scope: scope, ids: make(map[string]int32), matches: make(map[string]bool)}
 	if class != "" && class != "*" {
-		mux, err := patternMux([]string{class})
+		mux, err := route.Mux([]string{class})
 		if err != nil {
 			return nil, err
 		}
