@@ -7,12 +7,12 @@
 //     log line names, through the limiters ParseRules builds: the decision
 //     is the one the in-process limiters make fed the same trace, request
 //     for request (the property test checks it for the five algorithms).
-//  2. Requests are decided in time order. A line earlier than one already
-//     decided is held back for at most the reorder window: lines are
-//     decided once a line later than theirs by more than the window has
-//     been read (or at the end). A line earlier than the last instant
-//     decided is late: it is counted, the first few are reported, and it
-//     is decided at that last instant (the clock never goes back).
+//  2. Requests are decided in time order, ties in the order read. Each
+//     line is held back until a line later than it by more than the
+//     reorder window has been read (or the input ends). A line earlier
+//     than the last instant decided is late: it is counted, the first few
+//     are reported, and it is decided at that last instant (the clock
+//     never goes back).
 //  3. Memory is bounded by the keys held, not by the length of the logs:
 //     the limiters hold at most the key cap, the reorder buffer at most
 //     the lines of one window, the interned keys and routes at most a
