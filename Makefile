@@ -7,7 +7,8 @@ GO ?= go
 ## demo: the limiters at work: a token bucket, the five algorithms side by
 ## side, limits changed while serving (tiers, a raise, a reset, a settled
 ## cost), an HTTP API behind rules, an HTTP client within a server's limits,
-## a gRPC server, and the metrics page of a server under a burst. Every line fits 80 columns: a longer one fails the demo (the
+## a gRPC server, a replay of an access log through rules, and the metrics
+## page of a server under a burst. Every line fits 80 columns: a longer one fails the demo (the
 ## examples' own tests check it too).
 DEMOS := tokenbucket algorithms operators httpserver httpclient
 demo: SHELL := /bin/bash
@@ -19,6 +20,10 @@ demo:
 			if (length(s) > 80) n++ } END { if (n) { print n " lines over 80 columns" > "/dev/stderr"; exit 1 } }'; \
 		echo; \
 	done
+	@echo "== cd cmd/ratelimit/testdata && go run .. replay -rules site.rules combined.log"
+	@cd cmd/ratelimit/testdata && $(GO) run .. replay -rules site.rules combined.log | LC_ALL=C awk '{ print; s = $$0; gsub(/[\200-\277]/, "", s); \
+		if (length(s) > 80) n++ } END { if (n) { print n " lines over 80 columns" > "/dev/stderr"; exit 1 } }'
+	@echo
 	@echo "== cd grpclimit && go run ./examples/grpcserver"
 	@cd grpclimit && $(GO) run ./examples/grpcserver | LC_ALL=C awk '{ print; s = $$0; gsub(/[\200-\277]/, "", s); \
 		if (length(s) > 80) n++ } END { if (n) { print n " lines over 80 columns" > "/dev/stderr"; exit 1 } }'

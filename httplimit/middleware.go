@@ -35,6 +35,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/charge"
 	"github.com/ratelimitkit/ratelimit/internal/field"
+	"github.com/ratelimitkit/ratelimit/internal/route"
 )
 
 // Denial describes a request the middleware refused.
@@ -565,32 +566,18 @@ func RulesMiddleware(rules *ratelimit.Rules, opts ...RulesOption) func(http.Hand
 	}
 }
 
-// catchAll is registered with the rule patterns so that a request matching
-// none of them finds it, rather than the not-found path of ServeMux, which
-// allocates.
-const catchAll = "/"
-
 // patternMux returns a ServeMux that routes to the rule classes, each a
-// pattern, so that it names the class of a request as ServeMux would. It
-// panics on a class ServeMux refuses.
+// pattern, so that it names the class of a request as ServeMux would (see
+// internal/route, which the replay command matches with too). It panics
+// on a class ServeMux refuses.
 func patternMux(classes []string) *http.ServeMux {
-	mux := http.NewServeMux()
-	nop := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
-	for _, class := range classes {
-		func() {
-			defer func() {
-				if e := recover(); e != nil {
-					panic(fmt.Sprintf("httplimit: rule class %q is not a ServeMux pattern the middleware can match (%v); name classes yourself with WithClass", class, e))
-				}
-			}()
-			mux.Handle(class, nop)
-		}()
-	}
-	if !slices.Contains(classes, catchAll) {
-		func() {
-			defer func() { recover() }() // a class such as "/{path...}" covers it
-			mux.Handle(catchAll, nop)
-		}()
+	mux, err := route.Mux(classes)
+	if err != nil {
+		var pe *route.PatternError
+		if errors.As(err, &pe) {
+			panic(fmt.Sprintf("httplimit: rule class %q is not a ServeMux pattern the middleware can match (%v); name classes yourself with WithClass", pe.Class, pe.Reason))
+		}
+		panic(err.Error())
 	}
 	return mux
 }
