@@ -1,0 +1,355 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"math/bits"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Fair splits one shared limit among the tenants that use it, max-min
+// fair: under contention each active tenant may use at least its share of
+// the limit, and what one tenant leaves unused the others may take. It
+// answers Allow and AllowN for a tenant; every event it allows is also
+// allowed by the shared Limiter (any algorithm, asked on one shared key), so
+// the shared limit's bound holds whatever the tenants do.
+//
+// The model, in activity windows of the rate's period W, aligned to the Unix
+// epoch (the window of t is [k·W, (k+1)·W), k = ⌊t/W⌋):
+//
+//   - A tenant is active in window k if it asked at least once in window k
+//     or in window k−1. An idle tenant stops costing anything one full
+//     window after its last request, and its entry is dropped then.
+//   - At the start of window k the share is s = max(1, ⌊N/A⌋), where N is
+//     the rate's count and A the number of tenants that asked in window
+//     k−1 (A = 0 after an idle window).
+//   - A tenant counted in A that has been allowed fewer than s events in
+//     the window, and no more than b + ⌊s·τ/W⌋ by τ into it (its share
+//     paced over the window, b = max(1, ⌊s/16⌋) ahead), asks the shared
+//     limiter directly: its guaranteed part. Pacing keeps a flooder from
+//     taking its whole share at the window's start from a bucket that
+//     others need then.
+//     A tenant not counted in A (new, or back after an idle window) is
+//     guaranteed nothing in its first window: it may only borrow.
+//   - Any other request borrows: it is allowed only if the shared
+//     limiter's Remaining is at least n plus the unmet guarantee, the sum
+//     over the other active tenants of what they have still to use of s.
+//
+// So the unused shares of active tenants are held for them, and only the
+// headroom above them is lent. With a shared limit that allows N events in
+// each window aligned with Fair's (a FixedWindow of the same rate), a
+// tenant active in the window before and through the window is allowed at
+// least min(its demand, s) events in it (TestFairFloorProperty). With other
+// algorithms the shared limit's bound holds the same way; the floor holds
+// once the shared limiter's Remaining is back above the unmet guarantee
+// (a bucket drained at a window's start refills to its guaranteed users
+// first, since nobody may borrow until then). Since only the tenants
+// counted at a window's start are guaranteed, the guarantees never add up
+// to more than N: a flood of new tenants competes only for the headroom.
+//
+// Memory: one entry per active tenant, at most WithMaxTenants of them
+// (default DefaultMaxTenants). Tenants beyond the cap share one overflow
+// entry, so a flood of distinct tenants shares one share: it is never a
+// way past the shared limit. A tenant is any string of at most
+// WithMaxTenantKeyLen bytes (default DefaultMaxTenantKeyLen), "" included;
+// a longer one is refused with ErrTenantKeyTooLong.
+//
+// The shared limiter should be used only through Fair: calls made to it
+// directly count against the limit but not against any tenant, and can use
+// the headroom Fair holds for the tenants' guarantees.
+//
+// A Fair must be built with NewFair. It is safe for concurrent use; its
+// decisions take one mutex (the shared key is one point of contention
+// anyway) and read the clock once.
+type Fair struct {
+	shared     Limiter
+	key        string
+	perWindow  int64
+	window     int64
+	nc         nanoClock
+	maxTenants int
+	maxKeyLen  int
+
+	mu       sync.Mutex
+	win      int64              // the current window's index
+	share    int64              // s for the current window
+	active   int64              // tenants counted active in the current window
+	asked    int64              // distinct tenants asked in the current window
+	unmet    int64              // Σ over active tenants of max(0, s − used)
+	tenants  map[string]*tenant // requires mu held
+	overflow tenant             // the shared entry of tenants past the cap
+	started  bool
+}
+
+// tenant is one tenant's count in the window it last asked in.
+type tenant struct {
+	win  int64 // index of the window the tenant last asked in
+	used int64 // events allowed to it in that window
+}
+
+// Defaults of Fair's options.
+const (
+	// DefaultMaxTenants is how many tenants a Fair tracks at once.
+	DefaultMaxTenants = 100_000
+	// DefaultMaxTenantKeyLen is the longest tenant key a Fair accepts.
+	DefaultMaxTenantKeyLen = 256
+)
+
+// ErrTenantKeyTooLong means a tenant's key is longer than the Fair's
+// WithMaxTenantKeyLen. Nothing is allowed for it.
+var ErrTenantKeyTooLong = errors.New("ratelimit: tenant key too long")
+
+// FairOption configures NewFair.
+type FairOption func(*fairConfig)
+
+type fairConfig struct {
+	clock      Clock
+	key        string
+	maxTenants int
+	maxKeyLen  int
+}
+
+// WithFairClock sets the clock Fair reads its windows from. It must be the
+// shared limiter's clock. The default is the system clock.
+func WithFairClock(c Clock) FairOption { return func(c2 *fairConfig) { c2.clock = c } }
+
+// WithFairKey sets the key Fair asks the shared limiter on; the default is
+// "" (one global bucket).
+func WithFairKey(key string) FairOption { return func(c *fairConfig) { c.key = key } }
+
+// WithMaxTenants caps how many tenants a Fair tracks; n must be positive.
+// Tenants first seen while the table is full share one overflow entry
+// until entries are dropped at the next window.
+func WithMaxTenants(n int) FairOption { return func(c *fairConfig) { c.maxTenants = n } }
+
+// WithMaxTenantKeyLen sets the longest tenant key accepted; n must be
+// positive. Longer keys are refused (ErrTenantKeyTooLong), never let past.
+func WithMaxTenantKeyLen(n int) FairOption { return func(c *fairConfig) { c.maxKeyLen = n } }
+
+// NewFair returns a Fair over shared, whose sustained limit is rate: N
+// events per period, the period being the activity window. rate should be
+// what shared allows per period (for a FixedWindow, its own rate; for a
+// token bucket, its refill rate). A rate above what shared allows
+// oversubscribes the guarantees (the shared bound still holds; the floor
+// does not); a rate below it leaves the rest to be borrowed.
+//
+// It returns an error matching ErrInvalidRate for an invalid rate or one
+// whose count does not fit an int, and ErrInvalidOption for a nil shared
+// limiter or a non-positive cap.
+func NewFair(shared Limiter, rate Rate, opts ...FairOption) (*Fair, error) {
+	if shared == nil {
+		return nil, errors.Join(ErrInvalidOption, errors.New("ratelimit: NewFair needs a shared limiter"))
+	}
+	if err := rate.validate(); err != nil {
+		return nil, err
+	}
+	if int64(rate.Period) > maxSpan {
+		return nil, errors.Join(ErrInvalidRate, errors.New("ratelimit: fair window longer than "+maxSpanText))
+	}
+	cfg := fairConfig{maxTenants: DefaultMaxTenants, maxKeyLen: DefaultMaxTenantKeyLen}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.maxTenants <= 0 {
+		return nil, errors.Join(ErrInvalidOption, errors.New("ratelimit: WithMaxTenants "+strconv.Itoa(cfg.maxTenants)+" is not positive"))
+	}
+	if cfg.maxKeyLen <= 0 {
+		return nil, errors.Join(ErrInvalidOption, errors.New("ratelimit: WithMaxTenantKeyLen "+strconv.Itoa(cfg.maxKeyLen)+" is not positive"))
+	}
+	return &Fair{
+		shared:     shared,
+		key:        cfg.key,
+		perWindow:  rate.N,
+		window:     int64(rate.Period),
+		nc:         newNanoClock(cfg.clock),
+		maxTenants: cfg.maxTenants,
+		maxKeyLen:  cfg.maxKeyLen,
+		tenants:    make(map[string]*tenant),
+	}, nil
+}
+
+// Allow reports whether one event for tenant may happen now, and records
+// it if so, in the tenant's count and in the shared limiter. For a known
+// tenant within its share it does not allocate.
+func (f *Fair) Allow(tenant string) bool {
+	if len(tenant) > f.maxKeyLen {
+		return false
+	}
+	now := f.nc.now()
+	f.mu.Lock()
+	t := f.enter(tenant, now)
+	var ok bool
+	if f.guaranteed(t, 1, now) {
+		ok = f.shared.Allow(f.key)
+	} else {
+		ok = f.borrow(t, 1)
+	}
+	if ok {
+		f.count(t, 1)
+	}
+	f.mu.Unlock()
+	return ok
+}
+
+// AllowN reports whether n events for tenant may happen now, all or
+// nothing, and records them if so. The Decision is the shared limiter's;
+// when the tenant is refused because it is past its share and the headroom
+// is held for others, Allowed is false, Remaining is what is left above the
+// held guarantees, and RetryAfter is the time until the next window, when
+// the tenant's count starts again (the shared limit may still refuse then).
+// n == 0 peeks at the shared limiter. It fails with ErrNegativeN,
+// ErrTenantKeyTooLong, or the shared limiter's error.
+func (f *Fair) AllowN(ctx context.Context, tenant string, n int) (Decision, error) {
+	if n < 0 {
+		return Decision{}, ErrNegativeN
+	}
+	if len(tenant) > f.maxKeyLen {
+		return Decision{}, ErrTenantKeyTooLong
+	}
+	if n == 0 {
+		return f.shared.AllowN(ctx, f.key, 0)
+	}
+	now := f.nc.now()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.enter(tenant, now)
+	if f.guaranteed(t, int64(n), now) {
+		d, err := f.shared.AllowN(ctx, f.key, n)
+		if err == nil && d.Allowed {
+			f.count(t, int64(n))
+		}
+		return d, err
+	}
+	peek, err := f.shared.AllowN(ctx, f.key, 0)
+	if err != nil {
+		return peek, err
+	}
+	held := f.unmet - max(0, f.share-t.used)
+	if n > peek.Limit {
+		return Decision{}, ErrExceedsLimit
+	}
+	if int64(peek.Remaining) < held+int64(n) {
+		free := max(0, int64(peek.Remaining)-held)
+		return Decision{
+			Limit:      peek.Limit,
+			Remaining:  int(free),
+			RetryAfter: time.Duration((f.win+1)*f.window - now),
+			ResetAfter: peek.ResetAfter,
+		}, nil
+	}
+	d, err := f.shared.AllowN(ctx, f.key, n)
+	if err == nil && d.Allowed {
+		f.count(t, int64(n))
+	}
+	return d, err
+}
+
+// Share reports the current window's share s and how many tenants are
+// counted active in it.
+func (f *Fair) Share() (share int64, active int) {
+	now := f.nc.now()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.roll(now / f.window)
+	return f.share, int(f.active)
+}
+
+// Tenants reports how many tenants have an entry (the overflow entry not
+// counted).
+func (f *Fair) Tenants() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.tenants)
+}
+
+// guaranteed reports whether n more events for t are within its paced
+// share: at most s in the window, and at most b + ⌊s·τ/W⌋ by τ into it,
+// with b = max(1, ⌊s/16⌋). Requires f.mu held.
+func (f *Fair) guaranteed(t *tenant, n, now int64) bool {
+	used := t.used + n
+	if used > f.share {
+		return false
+	}
+	b := max(1, f.share/16)
+	if used <= b {
+		return true
+	}
+	tau := now - f.win*f.window // in [0, W)
+	hi, lo := bits.Mul64(uint64(f.share), uint64(tau))
+	paced, _ := bits.Div64(hi, lo, uint64(f.window)) // < s, so hi < W
+	return used <= b+int64(paced)
+}
+
+// borrow takes n events of the headroom above the unmet guarantee of the
+// other tenants, if the shared limiter has them. Requires f.mu held.
+func (f *Fair) borrow(t *tenant, n int) bool {
+	held := f.unmet - max(0, f.share-t.used)
+	d, err := f.shared.AllowN(context.Background(), f.key, 0)
+	if err != nil || int64(d.Remaining) < held+int64(n) {
+		return false
+	}
+	d, err = f.shared.AllowN(context.Background(), f.key, n)
+	return err == nil && d.Allowed
+}
+
+// count records n events allowed to t. Requires f.mu held.
+func (f *Fair) count(t *tenant, n int64) {
+	f.unmet -= min(t.used+n, f.share) - min(t.used, f.share)
+	t.used += n
+}
+
+// enter rolls the window to now's and returns tenant's entry, counted as
+// asked in the current window. Requires f.mu held.
+func (f *Fair) enter(key string, now int64) *tenant {
+	f.roll(now / f.window)
+	t, ok := f.tenants[key]
+	if !ok {
+		if len(f.tenants) >= f.maxTenants {
+			t = &f.overflow
+		} else {
+			t = &tenant{win: f.win - 2}
+			f.tenants[key] = t
+		}
+	}
+	switch {
+	case t.win == f.win:
+	case t.win == f.win-1: // counted in active at the window's start
+		t.win, t.used = f.win, 0
+		f.asked++
+	default:
+		// New, or back after an idle window: active from now on, but
+		// guaranteed nothing until the next window (it was not counted
+		// in s): it starts at its share, so it may only borrow.
+		t.win, t.used = f.win, f.share
+		f.asked++
+		f.active++
+	}
+	return t
+}
+
+// roll moves to window k if it is later than the current one: the tenants
+// that asked in the window just closed are the new active set, and the
+// entries of the others are dropped. Requires f.mu held.
+func (f *Fair) roll(k int64) {
+	if f.started && k <= f.win {
+		return
+	}
+	var a int64
+	if f.started && k == f.win+1 {
+		a = f.asked
+	}
+	f.started = true
+	f.win, f.asked, f.active = k, 0, a
+	f.share = max(1, f.perWindow/max(a, 1))
+	f.unmet = a * f.share
+	for key, t := range f.tenants {
+		if t.win < k-1 {
+			delete(f.tenants, key)
+		}
+	}
+	if f.overflow.win < k-1 {
+		f.overflow = tenant{win: k - 2}
+	}
+}
