@@ -77,16 +77,18 @@ type Fair struct {
 	share    int64              // s for the current window
 	active   int64              // tenants counted active in the current window
 	asked    int64              // distinct tenants asked in the current window
-	unmet    int64              // Σ over active tenants of max(0, s − used)
+	unmet    int64              // Σ over tenants of max(0, g − used)
 	tenants  map[string]*tenant // requires mu held
 	overflow tenant             // the shared entry of tenants past the cap
 	started  bool
 }
 
-// tenant is one tenant's count in the window it last asked in.
+// tenant is one tenant's counts in the current window.
 type tenant struct {
-	win  int64 // index of the window the tenant last asked in
-	used int64 // events allowed to it in that window
+	asks    int64 // events asked for in the window (its demand)
+	used    int64 // events allowed to it in the window
+	g       int64 // its guarantee: min(s, its asks in the window before)
+	counted bool  // counted in active
 }
 
 // Defaults of Fair's options.
@@ -179,7 +181,7 @@ func (f *Fair) Allow(tenant string) bool {
 	}
 	now := f.nc.now()
 	f.mu.Lock()
-	t := f.enter(tenant, now)
+	t := f.enter(tenant, 1, now)
 	var ok bool
 	if f.guaranteed(t, 1, now) {
 		ok = f.shared.Allow(f.key)
@@ -214,7 +216,7 @@ func (f *Fair) AllowN(ctx context.Context, tenant string, n int) (Decision, erro
 	now := f.nc.now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	t := f.enter(tenant, now)
+	t := f.enter(tenant, int64(n), now)
 	if f.guaranteed(t, int64(n), now) {
 		d, err := f.shared.AllowN(ctx, f.key, n)
 		if err == nil && d.Allowed {
@@ -226,7 +228,7 @@ func (f *Fair) AllowN(ctx context.Context, tenant string, n int) (Decision, erro
 	if err != nil {
 		return peek, err
 	}
-	held := f.unmet - max(0, f.share-t.used)
+	held := f.held(t)
 	if n > peek.Limit {
 		return Decision{}, ErrExceedsLimit
 	}
@@ -265,27 +267,31 @@ func (f *Fair) Tenants() int {
 }
 
 // guaranteed reports whether n more events for t are within its paced
-// share: at most s in the window, and at most b + ⌊s·τ/W⌋ by τ into it,
-// with b = max(1, ⌊s/16⌋). Requires f.mu held.
+// guarantee g: at most g in the window, and at most b + ⌊g·τ/W⌋ by τ into
+// it, with b = max(1, ⌊g/16⌋). Requires f.mu held.
 func (f *Fair) guaranteed(t *tenant, n, now int64) bool {
 	used := t.used + n
-	if used > f.share {
+	if used > t.g {
 		return false
 	}
-	b := max(1, f.share/16)
+	b := max(1, t.g/16)
 	if used <= b {
 		return true
 	}
 	tau := now - f.win*f.window // in [0, W)
-	hi, lo := bits.Mul64(uint64(f.share), uint64(tau))
-	paced, _ := bits.Div64(hi, lo, uint64(f.window)) // < s, so hi < W
+	hi, lo := bits.Mul64(uint64(t.g), uint64(tau))
+	paced, _ := bits.Div64(hi, lo, uint64(f.window)) // < g, so hi < W
 	return used <= b+int64(paced)
 }
 
-// borrow takes n events of the headroom above the unmet guarantee of the
-// other tenants, if the shared limiter has them. Requires f.mu held.
+// held is what Fair holds for the tenants other than t: the sum of what
+// they have still to use of their guarantees. Requires f.mu held.
+func (f *Fair) held(t *tenant) int64 { return f.unmet - max(0, t.g-t.used) }
+
+// borrow takes n events of the headroom above what is held for the other
+// tenants, if the shared limiter has them. Requires f.mu held.
 func (f *Fair) borrow(t *tenant, n int) bool {
-	held := f.unmet - max(0, f.share-t.used)
+	held := f.held(t)
 	d, err := f.shared.AllowN(context.Background(), f.key, 0)
 	if err != nil || int64(d.Remaining) < held+int64(n) {
 		return false
@@ -296,42 +302,41 @@ func (f *Fair) borrow(t *tenant, n int) bool {
 
 // count records n events allowed to t. Requires f.mu held.
 func (f *Fair) count(t *tenant, n int64) {
-	f.unmet -= min(t.used+n, f.share) - min(t.used, f.share)
+	f.unmet -= min(t.used+n, t.g) - min(t.used, t.g)
 	t.used += n
 }
 
-// enter rolls the window to now's and returns tenant's entry, counted as
-// asked in the current window. Requires f.mu held.
-func (f *Fair) enter(key string, now int64) *tenant {
+// enter rolls the window to now's and returns tenant's entry with n asks
+// counted. Requires f.mu held.
+func (f *Fair) enter(key string, n, now int64) *tenant {
 	f.roll(now / f.window)
 	t, ok := f.tenants[key]
 	if !ok {
 		if len(f.tenants) >= f.maxTenants {
 			t = &f.overflow
 		} else {
-			t = &tenant{win: f.win - 2}
+			t = &tenant{}
 			f.tenants[key] = t
 		}
 	}
-	switch {
-	case t.win == f.win:
-	case t.win == f.win-1: // counted in active at the window's start
-		t.win, t.used = f.win, 0
+	if t.asks == 0 {
+		// First ask in the window. A tenant not counted at the window's
+		// start (new, or back after an idle window) is active from now
+		// on, with no guarantee before the next window.
+		if !t.counted {
+			t.counted = true
+			f.active++
+		}
 		f.asked++
-	default:
-		// New, or back after an idle window: active from now on, but
-		// guaranteed nothing until the next window (it was not counted
-		// in s): it starts at its share, so it may only borrow.
-		t.win, t.used = f.win, f.share
-		f.asked++
-		f.active++
 	}
+	t.asks += n
 	return t
 }
 
-// roll moves to window k if it is later than the current one: the tenants
-// that asked in the window just closed are the new active set, and the
-// entries of the others are dropped. Requires f.mu held.
+// roll moves to window k if it is later than the current one. The tenants
+// that asked in the window just closed are the new active set: s is
+// max(1, ⌊N/A⌋), and each is guaranteed g = min(s, its asks in that
+// window). The entries of the others are dropped. Requires f.mu held.
 func (f *Fair) roll(k int64) {
 	if f.started && k <= f.win {
 		return
@@ -341,15 +346,25 @@ func (f *Fair) roll(k int64) {
 		a = f.asked
 	}
 	f.started = true
-	f.win, f.asked, f.active = k, 0, a
+	f.win, f.asked, f.active, f.unmet = k, 0, a, 0
 	f.share = max(1, f.perWindow/max(a, 1))
-	f.unmet = a * f.share
 	for key, t := range f.tenants {
-		if t.win < k-1 {
+		if !f.next(t, a > 0) {
 			delete(f.tenants, key)
 		}
 	}
-	if f.overflow.win < k-1 {
-		f.overflow = tenant{win: k - 2}
+	f.next(&f.overflow, a > 0)
+}
+
+// next starts t's counts for the window roll moves to, and reports whether
+// t is active in it. Requires f.mu held.
+func (f *Fair) next(t *tenant, consecutive bool) bool {
+	active := consecutive && t.asks > 0
+	g := int64(0)
+	if active {
+		g = min(f.share, t.asks)
 	}
+	*t = tenant{counted: active, g: g}
+	f.unmet += g
+	return active
 }

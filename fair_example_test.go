@@ -10,9 +10,9 @@ import (
 // A global limit of 100 per second shared by tenants: one floods, two ask
 // 30 a second. In the first window nobody is counted yet and the flooder
 // takes most of it. From the second on, each of the three counted tenants
-// has a share of 33: the others get all they ask, and the flooder its 33
-// plus the 1 left over (the others' 3 unused each are held for them until
-// the window ends).
+// has a share of 33, and is guaranteed the least of that and what it asked
+// in the window before: alice and bob get all they ask, and the flooder
+// the rest.
 func ExampleFair() {
 	clk := ratelimit.NewManualClock(time.Unix(1_700_000_000, 0))
 	global, _ := ratelimit.NewFixedWindow(ratelimit.PerSecond(100), ratelimit.WithClock(clk))
@@ -41,6 +41,6 @@ func ExampleFair() {
 	}
 	// Output:
 	// window 0: flooder 94, alice 3, bob 3 (share 100 of 3 active)
-	// window 1: flooder 34, alice 30, bob 30 (share 33 of 3 active)
-	// window 2: flooder 34, alice 30, bob 30 (share 33 of 3 active)
+	// window 1: flooder 40, alice 30, bob 30 (share 33 of 3 active)
+	// window 2: flooder 40, alice 30, bob 30 (share 33 of 3 active)
 }

@@ -102,10 +102,11 @@ func fairRun(t *testing.T, algo string, n int64, tenants, windows int, asks []fa
 // from window to window (some idle, some flooding). Over every algorithm as
 // the shared limit, Fair allows nothing the shared limiter did not (the
 // shared bound holds whatever the tenants do). With the fixed window,
-// whose windows are Fair's, the floor is exact: a tenant that asked in the
-// window before gets at least min(its demand, s) with s = max(1, ⌊N/A⌋),
-// A the tenants that asked in the window before; a window in which every
-// tenant asks within its share refuses nothing; and no window passes N.
+// whose windows are Fair's, the floor is exact: a tenant that asked d′ in
+// the window before and asks d gets at least min(d, d′, s), with
+// s = max(1, ⌊N/A⌋) and A the tenants that asked in the window before; a
+// window in which every tenant asks within that refuses nothing; and no
+// window passes N.
 func TestFairFloorProperty(t *testing.T) {
 	for seed := range uint64(30) {
 		rng := rand.New(rand.NewPCG(seed, 26))
@@ -143,10 +144,10 @@ func TestFairFloorProperty(t *testing.T) {
 				s := max(1, int(n)/max(a, 1))
 				for i := range tenants {
 					sum += got[w][i]
-					if demand[w][i] > 0 && (demand[w-1][i] == 0 || demand[w][i] > s) {
+					if demand[w][i] > min(demand[w-1][i], s) {
 						within = false
 					}
-					if demand[w-1][i] > 0 && got[w][i] < min(demand[w][i], s) {
+					if got[w][i] < min(demand[w][i], demand[w-1][i], s) {
 						t.Errorf("seed %d w%d: tenant %d got %d of demand %d, share %d (%d active)", seed, w, i, got[w][i], demand[w][i], s, a)
 					}
 				}

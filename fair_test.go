@@ -57,9 +57,10 @@ func TestFairTimeline(t *testing.T) {
 		{0, "a", 10, 10, 10, 1},
 		// b is new in w0: active at once, but guaranteed nothing before
 		// w1; it may only borrow, and the shared window is full.
-		{0, "b", 3, 0, 10, 2},
-		// w1: a and b asked in w0, so s = 10/2 = 5. a gets its 5; its 6th
-		// would borrow b's unused 5, which are held for b.
+		{0, "b", 5, 0, 10, 2},
+		// w1: a and b asked in w0, so s = 10/2 = 5, and each is guaranteed
+		// min(s, what it asked in w0) = 5. a gets its 5; its 6th would
+		// borrow b's unused 5, which are held for b.
 		{1, "a", 8, 5, 5, 2},
 		{1, "b", 5, 5, 5, 2},
 		{1, "a", 1, 0, 5, 2}, // the shared window is full now anyway
@@ -79,6 +80,13 @@ func TestFairTimeline(t *testing.T) {
 		// gets its 5 and no more; from w7 b alone is active and gets all 10.
 		{6, "b", 10, 5, 5, 2},
 		{7, "b", 10, 10, 10, 1},
+		// w8: a is back, new again: b's 10 are held for it (it asked 10
+		// in w7), so a may borrow nothing.
+		{8, "a", 1, 0, 10, 2},
+		{8, "b", 1, 1, 10, 2},
+		// w10, after an idle w9: nobody asked in the window before, so
+		// nobody is counted, and b may take it all.
+		{10, "b", 10, 10, 10, 1},
 	}
 	for i, r := range rows {
 		clk.Set(fairT0.Add(time.Duration(r.at)*time.Second + time.Millisecond*time.Duration(i)))
@@ -100,8 +108,8 @@ func TestFairAllowNDecision(t *testing.T) {
 	clk := NewManualClock(fairT0)
 	f := newFairFixed(t, clk, 10)
 	ctx := context.Background()
-	for _, k := range []string{"a", "b"} { // both active from w1
-		if _, err := f.AllowN(ctx, k, 1); err != nil {
+	for _, k := range []string{"a", "b"} { // both guaranteed 5 in w1
+		if _, err := f.AllowN(ctx, k, 5); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -170,9 +178,9 @@ func TestFairTenantCap(t *testing.T) {
 	clk := NewManualClock(fairT0)
 	f := newFairFixed(t, clk, 100, WithMaxTenants(10))
 	for i := range 9 {
-		allowRun(f, "known"+strconv.Itoa(i), 1)
+		allowRun(f, "known"+strconv.Itoa(i), 11)
 	}
-	clk.Set(fairT0.Add(time.Second)) // 9 active: s = 11
+	clk.Set(fairT0.Add(time.Second)) // 9 active: s = 11, each guaranteed 11
 	allowed := 0
 	for i := range 100_000 {
 		if f.Allow("flood" + strconv.Itoa(i)) {
@@ -197,5 +205,25 @@ func TestFairTenantCap(t *testing.T) {
 	clk.Set(fairT0.Add(2 * time.Second))
 	if s, a := f.Share(); s != 100/11 || a != 11 {
 		t.Errorf("after the flood: share %d with %d active, want 9 with 11", s, a)
+	}
+}
+
+// Allow for a known tenant within its share does not allocate.
+func TestFairAllowAllocs(t *testing.T) {
+	clk := NewManualClock(fairT0)
+	f := newFairFixed(t, clk, 1<<30)
+	names := []string{"a", "b", "c"}
+	for _, n := range names {
+		f.Allow(n)
+	}
+	clk.Set(fairT0.Add(time.Second))
+	i := 0
+	if a := testing.AllocsPerRun(1000, func() {
+		if !f.Allow(names[i%3]) {
+			t.Fatal("refused")
+		}
+		i++
+	}); a != 0 {
+		t.Errorf("Allow allocates %.1f times", a)
 	}
 }
