@@ -81,6 +81,15 @@ type Fair struct {
 	tenants  map[string]*tenant // requires mu held
 	overflow tenant             // the shared entry of tenants past the cap
 	started  bool
+
+	// The queue of waits (fair_queue.go), all requiring mu held but kick.
+	queuePerTenant, queueTotal int
+	queues                     map[string]*fairQueue
+	ring                       []*fairQueue // tenants with waits, in turn order
+	turn                       int          // index in ring of the next to serve
+	queued                     int
+	serving                    bool          // a serve goroutine is running
+	kick                       chan struct{} // wakes serve; buffered, 1
 }
 
 // tenant is one tenant's counts in the current window.
@@ -107,10 +116,11 @@ var ErrTenantKeyTooLong = errors.New("ratelimit: tenant key too long")
 type FairOption func(*fairConfig)
 
 type fairConfig struct {
-	clock      Clock
-	key        string
-	maxTenants int
-	maxKeyLen  int
+	clock                      Clock
+	key                        string
+	maxTenants                 int
+	maxKeyLen                  int
+	queuePerTenant, queueTotal int
 }
 
 // WithFairClock sets the clock Fair reads its windows from. It must be the
@@ -150,7 +160,10 @@ func NewFair(shared Limiter, rate Rate, opts ...FairOption) (*Fair, error) {
 	if int64(rate.Period) > maxSpan {
 		return nil, errors.Join(ErrInvalidRate, errors.New("ratelimit: fair window longer than "+maxSpanText))
 	}
-	cfg := fairConfig{maxTenants: DefaultMaxTenants, maxKeyLen: DefaultMaxTenantKeyLen}
+	cfg := fairConfig{
+		maxTenants: DefaultMaxTenants, maxKeyLen: DefaultMaxTenantKeyLen,
+		queuePerTenant: DefaultFairQueuePerTenant, queueTotal: DefaultFairQueueTotal,
+	}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -160,15 +173,21 @@ func NewFair(shared Limiter, rate Rate, opts ...FairOption) (*Fair, error) {
 	if cfg.maxKeyLen <= 0 {
 		return nil, errors.Join(ErrInvalidOption, errors.New("ratelimit: WithMaxTenantKeyLen "+strconv.Itoa(cfg.maxKeyLen)+" is not positive"))
 	}
+	if err := validQueue(cfg.queuePerTenant, cfg.queueTotal); err != nil {
+		return nil, err
+	}
 	return &Fair{
-		shared:     shared,
-		key:        cfg.key,
-		perWindow:  rate.N,
-		window:     int64(rate.Period),
-		nc:         newNanoClock(cfg.clock),
-		maxTenants: cfg.maxTenants,
-		maxKeyLen:  cfg.maxKeyLen,
-		tenants:    make(map[string]*tenant),
+		queuePerTenant: cfg.queuePerTenant,
+		queueTotal:     cfg.queueTotal,
+		kick:           make(chan struct{}, 1),
+		shared:         shared,
+		key:            cfg.key,
+		perWindow:      rate.N,
+		window:         int64(rate.Period),
+		nc:             newNanoClock(cfg.clock),
+		maxTenants:     cfg.maxTenants,
+		maxKeyLen:      cfg.maxKeyLen,
+		tenants:        make(map[string]*tenant),
 	}, nil
 }
 
