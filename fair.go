@@ -90,6 +90,10 @@ type Fair struct {
 	queued                     int
 	serving                    bool          // a serve goroutine is running
 	kick                       chan struct{} // wakes serve; buffered, 1
+
+	// Priority classes (priority.go), requiring mu held.
+	classes    []classState
+	classUnmet int64 // Σ over classes of max(0, Reserved − used)
 }
 
 // tenant is one tenant's counts in the current window.
@@ -121,6 +125,8 @@ type fairConfig struct {
 	maxTenants                 int
 	maxKeyLen                  int
 	queuePerTenant, queueTotal int
+	classes                    []Class
+	classesSet                 bool
 }
 
 // WithFairClock sets the clock Fair reads its windows from. It must be the
@@ -176,7 +182,15 @@ func NewFair(shared Limiter, rate Rate, opts ...FairOption) (*Fair, error) {
 	if err := validQueue(cfg.queuePerTenant, cfg.queueTotal); err != nil {
 		return nil, err
 	}
+	if err := validClasses(cfg.classes, cfg.classesSet, rate.N); err != nil {
+		return nil, err
+	}
+	var classes []classState
+	for _, c := range cfg.classes {
+		classes = append(classes, classState{Class: c})
+	}
 	return &Fair{
+		classes:        classes,
 		queuePerTenant: cfg.queuePerTenant,
 		queueTotal:     cfg.queueTotal,
 		kick:           make(chan struct{}, 1),
@@ -197,6 +211,9 @@ func NewFair(shared Limiter, rate Rate, opts ...FairOption) (*Fair, error) {
 func (f *Fair) Allow(tenant string) bool {
 	if len(tenant) > f.maxKeyLen {
 		return false
+	}
+	if f.classes != nil {
+		return f.AllowPriority(tenant, Priority(len(f.classes)-1))
 	}
 	now := f.nc.now()
 	f.mu.Lock()
@@ -220,14 +237,19 @@ func (f *Fair) Allow(tenant string) bool {
 // is held for others, Allowed is false, Remaining is what is left above the
 // held guarantees, and RetryAfter is the time until the next window, when
 // the tenant's count starts again (the shared limit may still refuse then).
-// n == 0 peeks at the shared limiter. It fails with ErrNegativeN,
-// ErrTenantKeyTooLong, or the shared limiter's error.
+// n == 0 peeks at the shared limiter. With WithClasses, ctx's priority
+// (ContextWithPriority; the lowest class if none) decides the class. It
+// fails with ErrNegativeN, ErrTenantKeyTooLong, ErrExceedsLimit,
+// ErrUnknownClass, or the shared limiter's error.
 func (f *Fair) AllowN(ctx context.Context, tenant string, n int) (Decision, error) {
 	if n < 0 {
 		return Decision{}, ErrNegativeN
 	}
 	if len(tenant) > f.maxKeyLen {
 		return Decision{}, ErrTenantKeyTooLong
+	}
+	if f.classes != nil {
+		return f.allowClass(ctx, tenant, n, f.classOf(ctx))
 	}
 	if n == 0 {
 		return f.shared.AllowN(ctx, f.key, 0)
@@ -373,6 +395,7 @@ func (f *Fair) roll(k int64) {
 		}
 	}
 	f.next(&f.overflow, a > 0)
+	f.rollClasses()
 }
 
 // next starts t's counts for the window roll moves to, and reports whether

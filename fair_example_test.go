@@ -44,3 +44,32 @@ func ExampleFair() {
 	// window 1: flooder 40, alice 30, bob 30 (share 33 of 3 active)
 	// window 2: flooder 40, alice 30, bob 30 (share 33 of 3 active)
 }
+
+// Critical calls keep their reserve while sheddable traffic saturates the
+// limit.
+func ExampleWithClasses() {
+	clk := ratelimit.NewManualClock(time.Unix(1_700_000_000, 0))
+	global, _ := ratelimit.NewFixedWindow(ratelimit.PerSecond(10), ratelimit.WithClock(clk))
+	fair, err := ratelimit.NewFair(global, ratelimit.PerSecond(10), ratelimit.WithFairClock(clk),
+		ratelimit.WithClasses(
+			ratelimit.Class{Name: "critical", Reserved: 4},
+			ratelimit.Class{Name: "sheddable", Reserved: 0},
+		))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	count := func(tenant string, p ratelimit.Priority, k int) (n int) {
+		for range k {
+			if fair.AllowPriority(tenant, p) {
+				n++
+			}
+		}
+		return n
+	}
+	fmt.Println("sheddable:", count("export", 1, 100), "of 100")
+	fmt.Println("critical:", count("payments", 0, 4), "of 4")
+	// Output:
+	// sheddable: 6 of 100
+	// critical: 4 of 4
+}

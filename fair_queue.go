@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"time"
 )
 
 // ErrQueueFull means a Fair refused to queue a wait: its tenant already had
@@ -35,6 +36,7 @@ type fairQueue struct {
 // fails; err says which. Both are written under Fair.mu.
 type fairWaiter struct {
 	n     int
+	p     Priority // its class, with WithClasses
 	q     *fairQueue
 	ready chan struct{}
 	done  bool
@@ -101,7 +103,15 @@ func (f *Fair) WaitN(ctx context.Context, tenant string, n int) error {
 		}
 		f.mu.Lock()
 	}
-	w, err := f.enqueue(tenant, n)
+	var p Priority
+	if f.classes != nil {
+		p = f.classOf(ctx)
+		if p < 0 || int(p) >= len(f.classes) {
+			f.mu.Unlock()
+			return ErrUnknownClass
+		}
+	}
+	w, err := f.enqueue(tenant, n, p)
 	f.mu.Unlock()
 	if err != nil {
 		return err
@@ -122,7 +132,7 @@ func (f *Fair) WaitN(ctx context.Context, tenant string, n int) error {
 
 // enqueue queues a wait of n for tenant and makes sure the queue is being
 // served. Requires f.mu held.
-func (f *Fair) enqueue(tenant string, n int) (*fairWaiter, error) {
+func (f *Fair) enqueue(tenant string, n int, p Priority) (*fairWaiter, error) {
 	q := f.queues[tenant]
 	if f.queued >= f.queueTotal || (q != nil && len(q.waiters) >= f.queuePerTenant) {
 		return nil, ErrQueueFull
@@ -140,7 +150,7 @@ func (f *Fair) enqueue(tenant string, n int) (*fairWaiter, error) {
 			f.turn++
 		}
 	}
-	w := &fairWaiter{n: n, q: q, ready: make(chan struct{})}
+	w := &fairWaiter{n: n, p: p, q: q, ready: make(chan struct{})}
 	q.waiters = append(q.waiters, w)
 	f.queued++
 	if !f.serving {
@@ -201,7 +211,15 @@ func (f *Fair) serve() {
 	for f.queued > 0 {
 		q := f.ring[f.turn]
 		w := q.waiters[0]
-		d, err := f.shared.AllowN(context.Background(), f.key, w.n)
+		now := f.nc.now()
+		f.roll(now / f.window)
+		var d Decision
+		var err error
+		if wait := f.classWait(w, now); wait > 0 {
+			d.RetryAfter = wait // held for other classes
+		} else {
+			d, err = f.shared.AllowN(context.Background(), f.key, w.n)
+		}
 		if err == nil && !d.Allowed {
 			timer := f.nc.clock.NewTimer(max(d.RetryAfter, 1))
 			f.mu.Unlock()
@@ -214,8 +232,12 @@ func (f *Fair) serve() {
 			continue // the queue may have changed meanwhile
 		}
 		if err == nil {
-			t := f.enter(q.key, int64(w.n), f.nc.now())
-			f.count(t, int64(w.n))
+			t := f.enter(q.key, int64(w.n), now)
+			if f.classes != nil {
+				f.countClass(t, &f.classes[w.p], int64(w.n))
+			} else {
+				f.count(t, int64(w.n))
+			}
 		}
 		w.done, w.err = true, err
 		close(w.ready)
@@ -236,4 +258,25 @@ func validQueue(perTenant, total int) error {
 		return errors.Join(ErrInvalidOption, errors.New("ratelimit: WithFairQueue("+strconv.Itoa(perTenant)+", "+strconv.Itoa(total)+") needs positive bounds"))
 	}
 	return nil
+}
+
+// classWait returns 0 if w's class may take its n events from the shared
+// limiter now (no classes, within its reserve, or the headroom above what
+// is held for the other classes has them), and otherwise how long to wait
+// before looking again: one event's interval of the rate, or less if the
+// window ends sooner. Requires f.mu held.
+func (f *Fair) classWait(w *fairWaiter, now int64) time.Duration {
+	if f.classes == nil {
+		return 0
+	}
+	c := f.classes[w.p]
+	own := max(0, c.Reserved-c.used)
+	if int64(w.n) <= own {
+		return 0
+	}
+	peek, err := f.shared.AllowN(context.Background(), f.key, 0)
+	if err != nil || int64(peek.Remaining) >= int64(w.n)+f.classUnmet-own {
+		return 0
+	}
+	return time.Duration(max(1, min((f.win+1)*f.window-now, f.window/f.perWindow)))
 }
