@@ -280,3 +280,22 @@ func (f *Fair) classWait(w *fairWaiter, now int64) time.Duration {
 	}
 	return time.Duration(max(1, min((f.win+1)*f.window-now, f.window/f.perWindow)))
 }
+
+// Reserve books n events for tenant only if they may happen now, as
+// AllowN decides (Fair does not book ahead, as Limiter allows for a
+// composite): the Reservation is OK with no delay if they were allowed
+// and recorded, and otherwise not OK, having booked nothing, with the
+// Decision's RetryAfter as the time to ask again. Its Cancel gives nothing
+// back: the events acted when booked. With it Fair is a Limiter, and can
+// go where one is expected (httplimit.Middleware, grpclimit), the key
+// being the tenant.
+func (f *Fair) Reserve(ctx context.Context, tenant string, n int) (*Reservation, error) {
+	d, err := f.AllowN(ctx, tenant, n)
+	if err != nil {
+		return nil, err
+	}
+	clk := f.nc.clock
+	return NewReservation(clk, d.Allowed, d, clk.Now(), nil), nil
+}
+
+var _ Limiter = (*Fair)(nil)

@@ -235,3 +235,21 @@ func fairQueueRun(t *testing.T, seed uint64) {
 		}
 	}
 }
+
+// Fair.Reserve books only what is allowed now, and nothing else.
+func TestFairReserve(t *testing.T) {
+	clk := NewManualClock(fairT0)
+	f := newFairFixed(t, clk, 2)
+	for i, want := range []bool{true, true, false} {
+		r, err := f.Reserve(context.Background(), "a", 1)
+		if err != nil || r.OK() != want || r.Delay() != 0 && want {
+			t.Fatalf("reserve %d: ok %v delay %v, %v; want ok %v", i, r.OK(), r.Delay(), err, want)
+		}
+		if !want && r.Delay() != time.Second {
+			t.Errorf("refused: delay %v, want 1s (the next window)", r.Delay())
+		}
+	}
+	if _, err := f.Reserve(context.Background(), "a", -1); !errors.Is(err, ErrNegativeN) {
+		t.Errorf("n < 0: %v", err)
+	}
+}
