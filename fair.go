@@ -94,6 +94,9 @@ type Fair struct {
 	// Priority classes (priority.go), requiring mu held.
 	classes    []classState
 	classUnmet int64 // Σ over classes of max(0, Reserved − used)
+
+	observer Observer // WithFairObserver; nil: none
+	name     string   // WithFairName
 }
 
 // tenant is one tenant's counts in the current window.
@@ -127,6 +130,8 @@ type fairConfig struct {
 	queuePerTenant, queueTotal int
 	classes                    []Class
 	classesSet                 bool
+	observer                   Observer
+	name                       string
 }
 
 // WithFairClock sets the clock Fair reads its windows from. It must be the
@@ -190,6 +195,8 @@ func NewFair(shared Limiter, rate Rate, opts ...FairOption) (*Fair, error) {
 		classes = append(classes, classState{Class: c})
 	}
 	return &Fair{
+		observer:       cfg.observer,
+		name:           cfg.name,
 		classes:        classes,
 		queuePerTenant: cfg.queuePerTenant,
 		queueTotal:     cfg.queueTotal,

@@ -100,8 +100,18 @@ func (f *Fair) classOf(ctx context.Context) Priority {
 	return Priority(len(f.classes) - 1)
 }
 
-// allowClass decides n events of tenant in class p. Requires f.classes.
+// allowClass decides n events of tenant in class p, and reports the
+// decision to the observer. Requires f.classes.
 func (f *Fair) allowClass(ctx context.Context, tenant string, n int, p Priority) (Decision, error) {
+	d, err := f.decideClass(ctx, tenant, n, p)
+	if err == nil && f.observer != nil && n > 0 {
+		f.observeClass(p, n, d)
+	}
+	return d, err
+}
+
+// decideClass decides n events of tenant in class p.
+func (f *Fair) decideClass(ctx context.Context, tenant string, n int, p Priority) (Decision, error) {
 	switch {
 	case n < 0:
 		return Decision{}, ErrNegativeN

@@ -229,3 +229,34 @@ func TestPriorityQueue(t *testing.T) {
 		}
 	})
 }
+
+// Each class decision is reported with the class's name, never the tenant.
+func TestPriorityObserver(t *testing.T) {
+	clk := NewManualClock(fairT0)
+	var c Counter
+	var events []Event
+	f := newFairFixed(t, clk, 10, WithClasses(testClasses...), WithFairName("api"),
+		WithFairObserver(ObserverFunc(func(e Event) { events = append(events, e) })), WithFairObserver(&c))
+	for range 8 {
+		f.AllowPriority("batch", 2)
+	}
+	f.AllowPriority("pay", 0)
+	if len(events) != 9 {
+		t.Fatalf("%d events, want 9", len(events))
+	}
+	allowed := 0
+	for _, e := range events[:8] {
+		if e.Kind != EventFairClass || e.Limiter != "api" || e.Key != "sheddable" || e.N != 1 {
+			t.Fatalf("event %+v", e)
+		}
+		if e.Allowed {
+			allowed++
+		}
+	}
+	if allowed != 5 || !events[8].Allowed || events[8].Key != "critical" {
+		t.Errorf("sheddable allowed %d (want 5); critical event %+v", allowed, events[8])
+	}
+	if s := c.Get("api"); s.Allowed+s.Denied != 0 {
+		t.Errorf("a Counter, which counts decisions only, counted %+v", s)
+	}
+}
