@@ -12,9 +12,12 @@ import (
 // Fair splits one shared limit among the tenants that use it, max-min
 // fair: under contention each active tenant may use at least its share of
 // the limit, and what one tenant leaves unused the others may take. It
-// answers Allow and AllowN for a tenant; every event it allows is also
-// allowed by the shared Limiter (any algorithm, asked on one shared key), so
-// the shared limit's bound holds whatever the tenants do.
+// answers Allow, AllowN, Reserve (only what is allowed now) and WaitN (a
+// round-robin queue across tenants, see WaitN) for a tenant, the key of
+// those methods, so it is a Limiter. Every event it allows is also allowed
+// by the shared Limiter (any algorithm, asked on one shared key), so the
+// shared limit's bound holds whatever the tenants do. WithClasses adds
+// priority classes with reserved shares (see WithClasses).
 //
 // The model, in activity windows of the rate's period W, aligned to the Unix
 // epoch (the window of t is [k·W, (k+1)·W), k = ⌊t/W⌋):
@@ -24,30 +27,30 @@ import (
 //     window after its last request, and its entry is dropped then.
 //   - At the start of window k the share is s = max(1, ⌊N/A⌋), where N is
 //     the rate's count and A the number of tenants that asked in window
-//     k−1 (A = 0 after an idle window).
-//   - A tenant counted in A that has been allowed fewer than s events in
-//     the window, and no more than b + ⌊s·τ/W⌋ by τ into it (its share
-//     paced over the window, b = max(1, ⌊s/16⌋) ahead), asks the shared
-//     limiter directly: its guaranteed part. Pacing keeps a flooder from
-//     taking its whole share at the window's start from a bucket that
-//     others need then.
-//     A tenant not counted in A (new, or back after an idle window) is
-//     guaranteed nothing in its first window: it may only borrow.
+//     k−1 (A = 0 after an idle window). Each of those A tenants is
+//     guaranteed g = min(s, what it asked for in window k−1). A tenant not
+//     counted in A (new, or back after an idle window) is guaranteed
+//     nothing in its first window: it may only borrow.
+//   - A request that keeps its tenant within g in the window, and within
+//     b + ⌊g·τ/W⌋ by τ into it (the guarantee paced over the window,
+//     b = max(1, ⌊g/16⌋) ahead), asks the shared limiter directly. Pacing
+//     keeps a flooder from taking its whole share at the window's start
+//     from a bucket that others need then.
 //   - Any other request borrows: it is allowed only if the shared
-//     limiter's Remaining is at least n plus the unmet guarantee, the sum
-//     over the other active tenants of what they have still to use of s.
+//     limiter's Remaining is at least n plus what is held for the others,
+//     the sum over them of what they have still to use of their g.
 //
-// So the unused shares of active tenants are held for them, and only the
-// headroom above them is lent. With a shared limit that allows N events in
-// each window aligned with Fair's (a FixedWindow of the same rate), a
-// tenant active in the window before and through the window is allowed at
-// least min(its demand, s) events in it (TestFairFloorProperty). With other
-// algorithms the shared limit's bound holds the same way; the floor holds
-// once the shared limiter's Remaining is back above the unmet guarantee
-// (a bucket drained at a window's start refills to its guaranteed users
-// first, since nobody may borrow until then). Since only the tenants
-// counted at a window's start are guaranteed, the guarantees never add up
-// to more than N: a flood of new tenants competes only for the headroom.
+// So the unused guarantees of active tenants are held for them until the
+// window ends, and only the headroom above them is lent. With a shared
+// limit that allows N events in each window aligned with Fair's (a
+// FixedWindow of the same rate), a tenant that asked d′ in the window
+// before and asks d is allowed at least min(d, d′, s) (TestFairFloorProperty).
+// With other algorithms the shared limit's bound holds the same way; the
+// floor holds once the shared limiter's Remaining is back above what is
+// held (a bucket drained at a window's start refills to its guaranteed
+// users first, since nobody may borrow until then). The guarantees never
+// add up to more than N: a flood of new tenants competes only for the
+// headroom. docs/fairness.md has the measured floors of each algorithm.
 //
 // Memory: one entry per active tenant, at most WithMaxTenants of them
 // (default DefaultMaxTenants). Tenants beyond the cap share one overflow
@@ -62,7 +65,7 @@ import (
 //
 // A Fair must be built with NewFair. It is safe for concurrent use; its
 // decisions take one mutex (the shared key is one point of contention
-// anyway) and read the clock once.
+// anyway) and read the clock once, besides the shared limiter's own read.
 type Fair struct {
 	shared     Limiter
 	key        string
