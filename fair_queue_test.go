@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -251,5 +252,86 @@ func TestFairReserve(t *testing.T) {
 	}
 	if _, err := f.Reserve(context.Background(), "a", -1); !errors.Is(err, ErrNegativeN) {
 		t.Errorf("n < 0: %v", err)
+	}
+}
+
+// countingLimiterSync counts, safely for concurrent use, the events its
+// Limiter allows through Allow and AllowN.
+type countingLimiterSync struct {
+	Limiter
+	allowed atomic.Int64
+}
+
+func (c *countingLimiterSync) Allow(key string) bool {
+	ok := c.Limiter.Allow(key)
+	if ok {
+		c.allowed.Add(1)
+	}
+	return ok
+}
+
+func (c *countingLimiterSync) AllowN(ctx context.Context, key string, n int) (Decision, error) {
+	d, err := c.Limiter.AllowN(ctx, key, n)
+	if err == nil && d.Allowed {
+		c.allowed.Add(int64(n))
+	}
+	return d, err
+}
+
+// TestFairConcurrent: goroutines mix Allow, AllowN, AllowPriority and Wait
+// (some cancelled) on one Fair with classes, on the real clock, under
+// -race. Fair allows exactly what the shared limiter allowed, and the
+// queue ends empty.
+func TestFairConcurrent(t *testing.T) {
+	fw, err := NewFixedWindow(Per(200, 20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := &countingLimiterSync{Limiter: fw}
+	f, err := NewFair(shared, Per(200, 20*time.Millisecond), WithMaxTenants(8),
+		WithClasses(Class{"critical", 20}, Class{"rest", 0}), WithFairQueue(4, 16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 29))
+			for range 300 {
+				tenant := "t" + strconv.Itoa(rng.IntN(12))
+				switch rng.IntN(4) {
+				case 0:
+					if f.Allow(tenant) {
+						allowed.Add(1)
+					}
+				case 1:
+					n := 1 + rng.IntN(3)
+					if d, err := f.AllowN(context.Background(), tenant, n); err == nil && d.Allowed {
+						allowed.Add(int64(n))
+					}
+				case 2:
+					if f.AllowPriority(tenant, Priority(rng.IntN(2))) {
+						allowed.Add(1)
+					}
+				default:
+					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng.IntN(5))*time.Millisecond)
+					ctx = ContextWithPriority(ctx, Priority(rng.IntN(2)))
+					if err := f.Wait(ctx, tenant); err == nil {
+						allowed.Add(1)
+					} else if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrQueueFull) {
+						t.Error(err)
+					}
+					cancel()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if a, s := allowed.Load(), shared.allowed.Load(); a != s || a == 0 {
+		t.Errorf("Fair allowed %d, the shared limiter %d", a, s)
+	}
+	if q := f.Queued(); q != 0 {
+		t.Errorf("%d waits left queued", q)
 	}
 }
