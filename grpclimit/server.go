@@ -100,6 +100,8 @@ type config struct {
 	cost      func(ctx context.Context, fullMethod string) int          // RateLimit, RulesLimit: 1 a call
 	optErrors []string
 	uses      []optionUse
+
+	priority func(ctx context.Context, fullMethod string) ratelimit.Priority // RateLimit: none
 }
 
 func newConfig(kind int, constructor string, opts []Option) *config {
@@ -545,7 +547,7 @@ func (s *ServerLimit) checkLimiter(ctx context.Context, method string, header, t
 	if c.cost != nil {
 		return s.chargeLimiter(ctx, method, key, header, trailer)
 	}
-	d, err := s.lim.AllowN(ctx, key, 1)
+	d, err := s.lim.AllowN(c.limiterContext(ctx, method), key, 1)
 	if err != nil {
 		return nil, s.failed(ctx, method, err)
 	}

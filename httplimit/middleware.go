@@ -150,6 +150,8 @@ type limitConfig struct {
 	key    KeyFunc       // ByIP()
 	name   string        // "default"
 	window time.Duration // 0: the limiter's Window
+
+	priority func(*http.Request) ratelimit.Priority // WithPriority; nil: none
 }
 
 func newLimitConfig(opts []LimitOption) *limitConfig {
@@ -461,7 +463,7 @@ func (m *limitMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 		m.serveCost(w, r, next, key)
 		return
 	}
-	d, err := m.lim.AllowN(r.Context(), key, 1)
+	d, err := m.lim.AllowN(c.limiterContext(r), key, 1)
 	if err != nil {
 		c.undecided(w, r, next, err, true)
 		return

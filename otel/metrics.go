@@ -77,6 +77,8 @@ type Metrics struct {
 	decisions, fallbacks, redisErrors, inserts, evictions, rejections metric.Int64ObservableCounter
 	keys, inFlight, waiting, limit                                    metric.Int64ObservableGauge
 	lease                                                             leaseInstruments // see lease.go
+
+	fair fairClasses // fair.go
 }
 
 type series struct {
@@ -155,6 +157,9 @@ func New(meter metric.Meter, opts ...Option) (*Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err = m.fair.init(meter); err != nil {
+		return nil, err
+	}
 	m.wait, err = meter.Float64Histogram("ratelimit.wait.duration", metric.WithUnit("s"),
 		metric.WithDescription("How long calls that waited for a limiter or bulkhead waited, or were booked to wait."),
 		metric.WithExplicitBucketBoundaries(c.buckets...))
@@ -215,6 +220,9 @@ type boundSeries struct {
 
 // Observe counts e under the series' name, whatever e's.
 func (b boundSeries) Observe(e ratelimit.Event) {
+	if e.Kind == ratelimit.EventFairClass {
+		b.m.fair.observe(b.s.name, e)
+	}
 	if e.Kind != ratelimit.EventDecision {
 		b.m.lease.observe(b.s, e)
 		return

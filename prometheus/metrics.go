@@ -62,6 +62,8 @@ type Metrics struct {
 	stats     []watchedStats
 	bulkheads []watchedBulkhead
 
+	fair fairClasses // fair.go
+
 	decisions, fallbacks, redisErrors   *prom.Desc
 	keys, inserts, evictions            *prom.Desc
 	inFlight, waiting, bhLimit, rejects *prom.Desc
@@ -183,6 +185,9 @@ type boundSeries struct {
 
 // Observe counts e under the series' name, whatever e's.
 func (b boundSeries) Observe(e ratelimit.Event) {
+	if e.Kind == ratelimit.EventFairClass {
+		b.m.fair.observe(b.s.name, e)
+	}
 	if e.Kind != ratelimit.EventDecision {
 		observeLease(b.s, e)
 		return
@@ -263,6 +268,7 @@ func (m *Metrics) Describe(ch chan<- *prom.Desc) {
 	}
 	m.wait.Describe(ch)
 	describeLease(ch)
+	ch <- fairClassDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -273,6 +279,7 @@ func (m *Metrics) Collect(ch chan<- prom.Metric) {
 	gauge := func(d *prom.Desc, v int, labels ...string) {
 		ch <- prom.MustNewConstMetric(d, prom.GaugeValue, float64(v), labels...)
 	}
+	m.fair.collect(ch)
 	m.mu.Lock()
 	defer m.mu.Unlock() // for the watched lists and series.redis
 	stats, bulkheads := m.stats, m.bulkheads

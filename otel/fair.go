@@ -1,0 +1,57 @@
+package otel
+
+import (
+	"context"
+	"sync"
+
+	"github.com/ratelimitkit/ratelimit"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// ClassKey is the attribute of a fair-share limit's priority class.
+const ClassKey = attribute.Key("ratelimit.class")
+
+// maxFairClasses bounds the attribute sets of class decisions one Metrics
+// keeps; class names come from the program's configuration, so this is
+// only a guard.
+const maxFairClasses = 1024
+
+// fairClasses counts the class decisions of Fairs (ratelimit.EventFairClass)
+// as ratelimit.fair.class.decisions, by limiter, class and outcome.
+type fairClasses struct {
+	counter metric.Int64Counter
+	mu      sync.Mutex
+	opts    map[[3]string][]metric.AddOption // {limiter, class, outcome}
+}
+
+func (f *fairClasses) init(meter metric.Meter) error {
+	var err error
+	f.counter, err = meter.Int64Counter("ratelimit.fair.class.decisions", metric.WithUnit("{decision}"),
+		metric.WithDescription("Decisions of a fair-share limit with priority classes, by limiter, class and outcome (allowed or denied)."))
+	return err
+}
+
+func (f *fairClasses) observe(limiter string, e ratelimit.Event) {
+	outcome := "denied"
+	if e.Allowed {
+		outcome = "allowed"
+	}
+	k := [3]string{limiter, e.Key, outcome}
+	f.mu.Lock()
+	opt, ok := f.opts[k]
+	if !ok {
+		if f.opts == nil {
+			f.opts = make(map[[3]string][]metric.AddOption)
+		}
+		if len(f.opts) >= maxFairClasses {
+			f.mu.Unlock()
+			return
+		}
+		opt = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
+			LimiterKey.String(limiter), ClassKey.String(e.Key), OutcomeKey.String(outcome)))}
+		f.opts[k] = opt
+	}
+	f.mu.Unlock()
+	f.counter.Add(context.Background(), 1, opt...)
+}
