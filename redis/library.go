@@ -40,7 +40,7 @@ func buildLibrary() (name, src string) {
 		b.WriteString(s.defs)
 		b.WriteString(s.oneSource())
 		b.WriteString("redis.register_function('@_" + s.name + "', function(keys, argv) return one(keys, argv) end)\n")
-		b.WriteString("redis.register_function('@_" + s.name + "_b', function(keys, argv) return batch(one, keys, argv) end)\n")
+		b.WriteString("redis.register_function('@_" + s.name + "_b', function(keys, argv) return " + s.batchCall("keys", "argv") + " end)\n")
 		b.WriteString("end\n")
 	}
 	body := b.String()

@@ -182,8 +182,10 @@ end
 -- block's number, op, now ('' for TIME), n and ARGV[5]. KEYS holds each
 -- call's k keys in turn. It replies one reply per call, an error reply
 -- for a call that raised one (its writes up to then stand, as for one
--- call).
-local function batch(one, keys, argv)
+-- call). each reads TIME for every decision instead (the leaky bucket,
+-- whose answers depend on when each decision arrives to the microsecond:
+-- events at one instant cannot all depart at once).
+local function batch(one, keys, argv, each)
   local kpc, nb = tonumber(argv[2]), tonumber(argv[3])
   local blocks, i = {}, 4
   for b = 1, nb do
@@ -198,7 +200,7 @@ local function batch(one, keys, argv)
   while i + 4 <= #argv do
     local a = blocks[tonumber(argv[i])]
     a[1], a[2], a[4], a[5] = argv[i + 1], argv[i + 2], argv[i + 3], argv[i + 4]
-    if not t and a[2] == '' then t = redis.call('TIME') end
+    if (each or not t) and a[2] == '' then t = redis.call('TIME') end
     for j = 1, kpc do ks[j] = keys[c * kpc + j] end
     c = c + 1
     local ok, r = pcall(one, ks, a, t)
@@ -264,6 +266,15 @@ local KEYS_, ARGV_ = KEYS, ARGV
 type script struct {
 	name       string // the function's name in the library, after its prefix
 	defs, body string
+	timeEach   bool // a batch reads TIME for each decision (see batch)
+}
+
+// batchCall is the Lua call of batch for the script's function one.
+func (s script) batchCall(keys, argv string) string {
+	if s.timeEach {
+		return "batch(one, " + keys + ", " + argv + ", true)"
+	}
+	return "batch(one, " + keys + ", " + argv + ")"
 }
 
 // evalSource returns the script as EVAL runs it.
@@ -281,7 +292,7 @@ func (s script) oneSource() string {
 // batchSource returns the script's batch form (see batch in luaPrelude)
 // as EVAL runs it.
 func (s script) batchSource() string {
-	return evalHead + luaPrelude + s.defs + s.oneSource() + "return batch(one, KEYS_, ARGV_)\n"
+	return evalHead + luaPrelude + s.defs + s.oneSource() + "return " + s.batchCall("KEYS_", "ARGV_") + "\n"
 }
 
 // luaReset starts every script's body: a reset ('x') deletes all the
