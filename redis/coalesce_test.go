@@ -159,7 +159,6 @@ func batchedTrace(t *testing.T, c algoCase, client Client, seed uint64, groups i
 		// In memory, one by one.
 		type answer struct {
 			d   ratelimit.Decision
-			ok  bool
 			res *ratelimit.Reservation
 			err error
 		}
