@@ -285,6 +285,7 @@ func (b *batcher) recycle(buf *batchBuf) {
 
 // send decides the batch and answers each of its callers once.
 func (b *batcher) send(buf *batchBuf) {
+	b.c.batched(len(buf.ps))
 	ctx, cancel := context.WithTimeout(context.Background(), b.c.cfg.timeout)
 	defer cancel()
 	if len(buf.ps) == 1 && !b.c.cfg.batchAlways {

@@ -297,3 +297,44 @@ func TestCoalescingOptions(t *testing.T) {
 		t.Error("WithCoalescing(false): a batcher all the same")
 	}
 }
+
+// TestBatchEvents: each batch the queue sends is reported once, as an
+// EventBatch of its size under the limiter's name; decisions that go out
+// at once are not.
+func TestBatchEvents(t *testing.T) {
+	client := newClient(t, redisAddr(t), true)
+	events := make(chan ratelimit.Event, 100)
+	l, err := NewTokenBucket(client, ratelimit.PerSecond(1000), 1000, WithPrefix(testPrefix(t)),
+		WithName("api"), WithObserver(ratelimit.ObserverFunc(func(e ratelimit.Event) { events <- e })))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := l.AllowN(ctx, "k", 1); err != nil { // alone: no event
+		t.Fatal(err)
+	}
+	b := l.batch
+	waitIdle(b)
+	hold(b)
+	done := make(chan error, 10)
+	for i := range 10 {
+		go func() {
+			_, err := l.AllowN(ctx, fmt.Sprint("k", i), 1)
+			done <- err
+		}()
+		waitQueued(b, i+1)
+	}
+	release(b)
+	for range 10 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitIdle(b)
+	if len(events) != 1 {
+		t.Fatalf("%d events, want 1", len(events))
+	}
+	if e := <-events; e.Kind != ratelimit.EventBatch || e.N != 10 || e.Limiter != "api" || e.Allowed || e.Key != "" {
+		t.Errorf("event %+v, want an EventBatch of 10 for api", e)
+	}
+}

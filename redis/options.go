@@ -65,6 +65,9 @@ type config struct {
 	coalesce                  bool // default: true
 	maxBatch, maxBytes, depth int  // defaults: defaultMaxBatch, ...
 
+	observer ratelimit.Observer // default: none (see observe.go)
+	name     string
+
 	// Test only: pass the clock's time to the scripts instead of using
 	// the server's TIME, and pad TTLs by this many milliseconds (the
 	// test's clock and the server's real clock run at different speeds).
