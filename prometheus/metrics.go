@@ -54,7 +54,8 @@ type Metrics struct {
 	names    atomic.Int64
 	series   sync.Map // string -> *series
 
-	wait *prom.HistogramVec
+	wait  *prom.HistogramVec
+	batch batchSizes // the Redis backend's batches (batch.go)
 
 	mu        sync.Mutex // guards stats, bulkheads and series.redis
 	stats     []watchedStats
@@ -180,6 +181,10 @@ type boundSeries struct {
 
 // Observe counts e under the series' name, whatever e's.
 func (b boundSeries) Observe(e ratelimit.Event) {
+	if e.Kind == ratelimit.EventBatch {
+		b.m.batch.observe(b.s.name, e.N)
+		return
+	}
 	if e.Kind != ratelimit.EventDecision {
 		return
 	}
@@ -258,10 +263,12 @@ func (m *Metrics) Describe(ch chan<- *prom.Desc) {
 		ch <- d
 	}
 	m.wait.Describe(ch)
+	m.batch.describe(ch)
 }
 
 // Collect implements prometheus.Collector.
 func (m *Metrics) Collect(ch chan<- prom.Metric) {
+	m.batch.collect(ch)
 	counter := func(d *prom.Desc, v uint64, labels ...string) {
 		ch <- prom.MustNewConstMetric(d, prom.CounterValue, float64(v), labels...)
 	}
