@@ -65,8 +65,9 @@ type Metrics struct {
 	names    atomic.Int64
 	series   sync.Map // string -> *series
 
-	wait metric.Float64Histogram
-	reg  metric.Registration
+	wait  metric.Float64Histogram
+	batch metric.Int64Histogram // the Redis backend's batches (batch.go)
+	reg   metric.Registration
 
 	mu        sync.Mutex
 	stats     []watched[interface{ Stats() ratelimit.Stats }]
@@ -158,6 +159,9 @@ func New(meter metric.Meter, opts ...Option) (*Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	if m.batch, err = newBatchHistogram(meter); err != nil {
+		return nil, err
+	}
 	m.reg, err = meter.RegisterCallback(m.collect, m.decisions, m.fallbacks, m.redisErrors, m.inserts,
 		m.evictions, m.rejections, m.keys, m.inFlight, m.waiting, m.limit)
 	if err != nil {
@@ -209,6 +213,10 @@ type boundSeries struct {
 
 // Observe counts e under the series' name, whatever e's.
 func (b boundSeries) Observe(e ratelimit.Event) {
+	if e.Kind == ratelimit.EventBatch {
+		b.batch(e.N)
+		return
+	}
 	if e.Kind != ratelimit.EventDecision {
 		return
 	}
