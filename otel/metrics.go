@@ -67,8 +67,9 @@ type Metrics struct {
 	names    atomic.Int64
 	series   sync.Map // string -> *series
 
-	wait metric.Float64Histogram
-	reg  metric.Registration
+	wait  metric.Float64Histogram
+	batch metric.Int64Histogram // the Redis backend's batches (batch.go)
+	reg   metric.Registration
 
 	mu        sync.Mutex
 	stats     []watched[interface{ Stats() ratelimit.Stats }]
@@ -169,6 +170,9 @@ func New(meter metric.Meter, opts ...Option) (*Metrics, error) {
 	if m.lease, err = newLeaseInstruments(meter); err != nil {
 		return nil, err
 	}
+	if m.batch, err = newBatchHistogram(meter); err != nil {
+		return nil, err
+	}
 	m.reg, err = meter.RegisterCallback(m.collect, m.decisions, m.fallbacks, m.redisErrors, m.inserts,
 		m.evictions, m.rejections, m.keys, m.inFlight, m.waiting, m.limit)
 	if err != nil {
@@ -222,6 +226,10 @@ type boundSeries struct {
 func (b boundSeries) Observe(e ratelimit.Event) {
 	if e.Kind == ratelimit.EventFairClass {
 		b.m.fair.observe(b.s.name, e)
+	}
+	if e.Kind == ratelimit.EventBatch {
+		b.batch(e.N)
+		return
 	}
 	if e.Kind != ratelimit.EventDecision {
 		b.m.lease.observe(b.s, e)

@@ -56,7 +56,8 @@ type Metrics struct {
 	names    atomic.Int64
 	series   sync.Map // string -> *series
 
-	wait *prom.HistogramVec
+	wait  *prom.HistogramVec
+	batch batchSizes // the Redis backend's batches (batch.go)
 
 	mu        sync.Mutex // guards stats, bulkheads and series.redis
 	stats     []watchedStats
@@ -188,6 +189,10 @@ func (b boundSeries) Observe(e ratelimit.Event) {
 	if e.Kind == ratelimit.EventFairClass {
 		b.m.fair.observe(b.s.name, e)
 	}
+	if e.Kind == ratelimit.EventBatch {
+		b.m.batch.observe(b.s.name, e.N)
+		return
+	}
 	if e.Kind != ratelimit.EventDecision {
 		observeLease(b.s, e)
 		return
@@ -269,10 +274,12 @@ func (m *Metrics) Describe(ch chan<- *prom.Desc) {
 	m.wait.Describe(ch)
 	describeLease(ch)
 	ch <- fairClassDesc
+	m.batch.describe(ch)
 }
 
 // Collect implements prometheus.Collector.
 func (m *Metrics) Collect(ch chan<- prom.Metric) {
+	m.batch.collect(ch)
 	counter := func(d *prom.Desc, v uint64, labels ...string) {
 		ch <- prom.MustNewConstMetric(d, prom.CounterValue, float64(v), labels...)
 	}

@@ -47,14 +47,16 @@ func conformanceCases() []algoCase {
 }
 
 // pairFor builds the two limiters of c on clock mc, the Redis one on client.
-func pairFor(t *testing.T, c algoCase, mc *ratelimit.ManualClock, client Client) (core, rds ratelimit.Limiter) {
+// extra options go to the Redis one.
+func pairFor(t *testing.T, c algoCase, mc *ratelimit.ManualClock, client Client, extra ...Option) (core, rds ratelimit.Limiter) {
 	t.Helper()
 	core, err := c.core(mc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rds, err = c.redis(client, WithClock(mc), WithPrefix(testPrefix(t)), withClockTime(60_000),
-		WithTimeout(5*time.Second), WithOnError(func(key string, err error) { t.Errorf("redis error for %q: %v", key, err) }))
+	opts := append([]Option{WithClock(mc), WithPrefix(testPrefix(t)), withClockTime(60_000),
+		WithTimeout(5 * time.Second), WithOnError(func(key string, err error) { t.Errorf("redis error for %q: %v", key, err) })}, extra...)
+	rds, err = c.redis(client, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -99,7 +99,7 @@ local F10FW = F10 .. '(%d+)$'
 ` + luaAlign + `
 local function put(s, k)
   if -s >= W or (k == 0 and s <= 0) then
-    if v then redis.call('DEL', key) end
+    if v then del(key) end
     return
   end
   local rest = s + W
@@ -157,7 +157,7 @@ elseif op == 'd' then
 end
 
 if op == 'u' then
-  if corrupt then redis.call('DEL', key); return 2 end
+  if corrupt then del(key); return 2 end
   local act = rel(ARGV[5])
   -- The booking's window, aligned to the epoch, is still the key's.
   if v and act >= 0 and st <= act and act < st + W and (st - align()) % W == 0 then
@@ -169,7 +169,7 @@ end
 
 if not st or -st >= W then st, c = align(), 0 end -- a passed window counts nothing
 if n == 0 then
-  if corrupt then redis.call('DEL', key) end
+  if corrupt then del(key) end
   return {status + 1, 1, remaining(st, c), 0, 0, reset(st, c)}
 end
 local target, total = st, c + n
@@ -178,7 +178,7 @@ local act = math.max(target, 0)
 local maxwait = tonumber(ARGV[5])
 if maxwait < 0 or maxwait > hz then maxwait = hz end
 if act > maxwait then
-  if corrupt then redis.call('DEL', key) end
+  if corrupt then del(key) end
   return {status, 0, remaining(st, c), 0, act, reset(st, c)}
 end
 put(target, total)

@@ -105,7 +105,7 @@ func (a *lbAlgo) decision(r *reply, _ int64) ratelimit.Decision {
 // relative to now with a numerator over den (see luaPrelude). Its replies
 // and cancel token are the token bucket's (the end of the queue for the
 // TAT): Cancel gives back only the tail of the queue, not yet started.
-var lbScript = script{name: "lb", defs: luaFraction, body: luaFractionBegin + `
+var lbScript = script{name: "lb", timeEach: true, defs: luaFraction, body: luaFractionBegin + `
 -- The end of the queue; a missing key is an empty queue (end = now).
 local corrupt, kind
 tn, tf, corrupt, kind = get_instant()
@@ -117,7 +117,7 @@ local status = 0
 if corrupt then status = 2 end
 
 if op == 'u' then
-  if corrupt then redis.call('DEL', key); return 2 end
+  if corrupt then del(key); return 2 end
   -- Started (the events have acted), not the tail, or written under
   -- other parameters: its slots stay, empty.
   if not held or kind or not cancellable() then return 0 end
@@ -142,7 +142,7 @@ if op == 'g' or op == 'd' then n = 0 end
 if en < 0 then en, ef = 0, 0 end -- the booking's first slot: max(end, now)
 local delay = ceil(en, ef)
 if n == 0 then
-  if corrupt then redis.call('DEL', key) end
+  if corrupt then del(key) end
   local fn, ff = sub(taun, tauf, en, ef)
   return {status + 1, 1, fn, ff, 0, delay}
 end
@@ -150,7 +150,7 @@ local xn, xf = add(en, ef, nivn, nivf)
 local fits = le(xn, xf, taun, tauf)
 local maxwait = tonumber(ARGV[5])
 if not fits or (maxwait >= 0 and delay > maxwait) then
-  if corrupt then redis.call('DEL', key) end
+  if corrupt then del(key) end
   local retry = delay -- the slot is too late: report the wait it needs
   if not fits and (maxwait < 0 or delay <= maxwait) then
     retry = ceil(sub(xn, xf, taun, tauf)) -- n places free then

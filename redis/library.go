@@ -38,9 +38,10 @@ func buildLibrary() (name, src string) {
 	for _, s := range libScripts {
 		b.WriteString("\ndo\n")
 		b.WriteString(s.defs)
-		b.WriteString("\nredis.register_function('@_" + s.name + "', function(keys, argv)\nbegin(keys, argv)\n" + luaReset)
-		b.WriteString(s.body)
-		b.WriteString("\nend)\nend\n")
+		b.WriteString(s.oneSource())
+		b.WriteString("redis.register_function('@_" + s.name + "', function(keys, argv) return one(keys, argv) end)\n")
+		b.WriteString("redis.register_function('@_" + s.name + "_b', function(keys, argv) return " + s.batchCall("keys", "argv") + " end)\n")
+		b.WriteString("end\n")
 	}
 	body := b.String()
 	sum := sha1.Sum([]byte(body))
@@ -58,13 +59,14 @@ type fcaller interface {
 type functions struct {
 	fc    fcaller
 	fn    string // the function's name in the library
+	fnb   string // its batch form's (see batch in luaPrelude)
 	none  *atomic.Bool
 	load  func(ctx context.Context) error
 	loads *atomic.Int64 // how many times the library was loaded (tests)
 }
 
 func newFunctions(client Client, name string) functions {
-	f := functions{fn: libName + "_" + name, none: new(atomic.Bool), loads: new(atomic.Int64)}
+	f := functions{fn: libName + "_" + name, fnb: libName + "_" + name + "_b", none: new(atomic.Bool), loads: new(atomic.Int64)}
 	if name == "" { // not in the library
 		return f
 	}
@@ -94,10 +96,15 @@ func newFunctions(client Client, name string) functions {
 // call runs the function by FCALL, loading the library if Redis lacks it;
 // ok is false if the caller must use EVALSHA instead (no Functions).
 func (f *functions) call(ctx context.Context, keys []string, args []any) (v any, err error, ok bool) {
+	return f.callFn(ctx, f.fn, keys, args)
+}
+
+// callFn is call of the library's function fn (f.fn or f.fnb).
+func (f *functions) callFn(ctx context.Context, fn string, keys []string, args []any) (v any, err error, ok bool) {
 	if f.fc == nil || f.none.Load() {
 		return nil, nil, false
 	}
-	v, err = f.fc.FCall(ctx, f.fn, keys, args...).Result()
+	v, err = f.fc.FCall(ctx, fn, keys, args...).Result()
 	if err == nil || !missingFunction(err) {
 		return v, err, true
 	}
@@ -113,7 +120,7 @@ func (f *functions) call(ctx context.Context, keys []string, args []any) (v any,
 		return nil, lerr, true
 	}
 	f.loads.Add(1)
-	v, err = f.fc.FCall(ctx, f.fn, keys, args...).Result()
+	v, err = f.fc.FCall(ctx, fn, keys, args...).Result()
 	return v, err, true
 }
 

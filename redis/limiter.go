@@ -128,14 +128,15 @@ type caller struct {
 	script *goredis.Script
 	suffix []string // of each Redis key of a call: KEYS[1], KEYS[2], ...
 	cfg    config
-	pad    any // cfg.ttlPadMs, boxed
+	pad    any      // cfg.ttlPadMs, boxed
+	batch  *batcher // nil: coalescing off (see coalesce.go)
 }
 
 func newCaller(client Client, s script, suffix []string, cfg config) (caller, error) {
 	if isNil(client) {
 		return caller{}, fmt.Errorf("%w: nil redis client", ratelimit.ErrInvalidOption)
 	}
-	return caller{
+	c := caller{
 		client: client,
 		direct: honoursContext(client),
 		fns:    newFunctions(client, s.name),
@@ -143,7 +144,11 @@ func newCaller(client Client, s script, suffix []string, cfg config) (caller, er
 		suffix: suffix,
 		cfg:    cfg,
 		pad:    cfg.ttlPadMs,
-	}, nil
+	}
+	if cfg.coalesce && s.name != "" { // the scripts of the library have a batch form
+		c.batch = newBatcher(c, s)
+	}
+	return c, nil
 }
 
 // limiter is the machinery every algorithm type shares: it implements
@@ -822,24 +827,10 @@ func (l *caller) eval(ctx context.Context, key string, args []any) (any, error) 
 			keys[i] = redisKey(l.cfg.prefix, key, sfx)
 		}
 	}
-	if l.direct {
-		return l.run(ctx, keys, args)
+	if l.batch != nil && args[0] != "x" {
+		return l.batch.do(ctx, keys, args)
 	}
-	type result struct {
-		v   any
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		v, err := l.run(ctx, keys, args)
-		ch <- result{v, err}
-	}()
-	select {
-	case r := <-ch:
-		return r.v, r.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	return l.runBounded(ctx, keys, args)
 }
 
 // run runs the script once: FCALL where Redis has the library, else

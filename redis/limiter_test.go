@@ -16,16 +16,6 @@ import (
 
 var bg = context.Background()
 
-// hashTag returns the part of a Redis key that Redis Cluster hashes.
-func hashTag(k string) string {
-	if i := strings.IndexByte(k, '{'); i >= 0 {
-		if j := strings.IndexByte(k[i+1:], '}'); j > 0 {
-			return k[i+1 : i+1+j]
-		}
-	}
-	return k
-}
-
 func TestRedisKey(t *testing.T) {
 	for _, c := range []struct{ key, want string }{
 		{"user:1", "p:{user:1}:tb"},

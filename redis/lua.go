@@ -63,21 +63,34 @@ end
 
 -- get returns the string value of key k (false if none), and true if k
 -- holds a value of another type.
+--
+-- Inside a batch (see batch) the string keys are cached: C maps a Redis
+-- key to {v = its value or false} as the batch last read or wrote it,
+-- with w set if written (x its expiry, as expiry computed it), and the
+-- batch writes each written key back once, at its end.
+local C
 local function get(k)
+  if C then
+    local e = C[k]
+    if e then return e.v, false end
+  end
   local v = redis.pcall('GET', k)
   if type(v) == 'table' then return false, true end
+  if C then C[k] = {v = v} end
   return v, false
 end
 
 -- begin reads a call's common arguments and takes the time.
-local function begin(keys, argv)
+-- t, if given, is the server's TIME a batch read once for all its
+-- decisions.
+local function begin(keys, argv, t)
   KEYS, ARGV = keys, argv
   key, op, pad, n = keys[1], argv[1], tonumber(argv[3]), tonumber(argv[4])
   clocked = argv[2] ~= ''
   if clocked then
     now_s, now_ns = split(argv[2])
   else
-    local t = redis.call('TIME')
+    t = t or redis.call('TIME')
     now_s = tonumber(t[1])
     now_ns = tonumber(t[2]) * 1000
   end
@@ -140,6 +153,10 @@ end
 -- put_until sets key k to v, expiring once at rest, r > 0 ns from now: one
 -- write where Redis has SET with PXAT.
 local function put_until(k, v, r)
+  if C then
+    C[k] = {v = v, w = true, x = expiry(r), c = clocked}
+    return
+  end
   if clocked then
     redis.call('SET', k, v, 'PX', expiry(r))
   elseif PXAT then
@@ -148,6 +165,71 @@ local function put_until(k, v, r)
     redis.call('SET', k, v)
     redis.call('PEXPIREAT', k, expiry(r))
   end
+end
+
+-- del deletes key k (a string key: through the cache inside a batch).
+local function del(k)
+  if C then C[k] = {v = false, w = true}; return end
+  redis.call('DEL', k)
+end
+
+-- batch decides a batch of calls of one algorithm's function one (see
+-- script.batchSource) in order, each exactly as one call would, with one
+-- TIME read for all of them and each string key read and written at most
+-- once. ARGV: [1] the TTL pad, [2] how many Redis keys each call has (k),
+-- [3] how many parameter blocks follow (b), then each block as its length
+-- and its values (a call's ARGV[6] on), then 5 values per call: its
+-- block's number, op, now ('' for TIME), n and ARGV[5]. KEYS holds each
+-- call's k keys in turn. It replies one reply per call, an error reply
+-- for a call that raised one (its writes up to then stand, as for one
+-- call). each reads TIME for every decision instead (the leaky bucket,
+-- whose answers depend on when each decision arrives to the microsecond:
+-- events at one instant cannot all depart at once).
+local function batch(one, keys, argv, each)
+  local kpc, nb = tonumber(argv[2]), tonumber(argv[3])
+  local blocks, i = {}, 4
+  for b = 1, nb do
+    local len, a = tonumber(argv[i]), {false, false, argv[1], false, false}
+    for j = 1, len do a[5 + j] = argv[i + j] end
+    blocks[b] = a
+    i = i + 1 + len
+  end
+  local t
+  local out, ks, c = {}, {}, 0
+  C = {}
+  while i + 4 <= #argv do
+    local a = blocks[tonumber(argv[i])]
+    a[1], a[2], a[4], a[5] = argv[i + 1], argv[i + 2], argv[i + 3], argv[i + 4]
+    if (each or not t) and a[2] == '' then t = redis.call('TIME') end
+    for j = 1, kpc do ks[j] = keys[c * kpc + j] end
+    c = c + 1
+    local ok, r = pcall(one, ks, a, t)
+    if ok then
+      out[c] = r
+    elseif type(r) == 'table' and r.err then
+      out[c] = r
+    else
+      out[c] = redis.error_reply(tostring(r))
+    end
+    i = i + 5
+  end
+  local w = C
+  C = nil
+  for k, e in pairs(w) do
+    if e.w then
+      if not e.v then
+        redis.call('DEL', k)
+      elseif e.c then
+        redis.call('SET', k, e.v, 'PX', e.x)
+      elseif PXAT then
+        redis.call('SET', k, e.v, 'PXAT', e.x)
+      else
+        redis.call('SET', k, e.v)
+        redis.call('PEXPIREAT', k, e.x)
+      end
+    end
+  end
+  return out
 end
 
 -- F10 matches a stored value that starts with an instant of 10-digit
@@ -184,11 +266,33 @@ local KEYS_, ARGV_ = KEYS, ARGV
 type script struct {
 	name       string // the function's name in the library, after its prefix
 	defs, body string
+	timeEach   bool // a batch reads TIME for each decision (see batch)
+}
+
+// batchCall is the Lua call of batch for the script's function one.
+func (s script) batchCall(keys, argv string) string {
+	if s.timeEach {
+		return "batch(one, " + keys + ", " + argv + ", true)"
+	}
+	return "batch(one, " + keys + ", " + argv + ")"
 }
 
 // evalSource returns the script as EVAL runs it.
 func (s script) evalSource() string {
 	return evalHead + luaPrelude + s.defs + "\nbegin(KEYS_, ARGV_)\n" + luaReset + s.body
+}
+
+// oneSource is the script as a function of one call's keys, arguments and
+// (optionally) the server's TIME: the single call and each call of a batch
+// run this same function.
+func (s script) oneSource() string {
+	return "\nlocal function one(keys, argv, t)\nbegin(keys, argv, t)\n" + luaReset + s.body + "\nend\n"
+}
+
+// batchSource returns the script's batch form (see batch in luaPrelude)
+// as EVAL runs it.
+func (s script) batchSource() string {
+	return evalHead + luaPrelude + s.defs + s.oneSource() + "return " + s.batchCall("KEYS_", "ARGV_") + "\n"
 }
 
 // luaReset starts every script's body: a reset ('x') deletes all the

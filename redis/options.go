@@ -63,11 +63,21 @@ type config struct {
 	lease     float64            // default: 0, no leases (see WithLease); -1: invalid
 	leaseObs  ratelimit.Observer // default: nil
 
+	// Coalescing (see coalesce.go): on by default.
+	coalesce                  bool // default: true
+	maxBatch, maxBytes, depth int  // defaults: defaultMaxBatch, ...
+
+	observer ratelimit.Observer // default: none (see observe.go)
+	name     string
+
 	// Test only: pass the clock's time to the scripts instead of using
 	// the server's TIME, and pad TTLs by this many milliseconds (the
 	// test's clock and the server's real clock run at different speeds).
 	clockTime bool
 	ttlPadMs  int64
+	// Test only: every call goes through the batch script, a batch of one
+	// when nothing else queues.
+	batchAlways bool
 }
 
 const (
@@ -85,6 +95,10 @@ func newConfig(opts []Option) (config, error) {
 		clock:     ratelimit.SystemClock(),
 		localOpts: []ratelimit.Option{ratelimit.WithMaxKeys(defaultLocalKeys)},
 		poll:      defaultPoll,
+		coalesce:  true,
+		maxBatch:  defaultMaxBatch,
+		maxBytes:  defaultMaxBytes,
+		depth:     defaultDepth,
 	}
 	for _, o := range opts {
 		o(&c)
@@ -105,6 +119,9 @@ func newConfig(opts []Option) (config, error) {
 		return c, fmt.Errorf("%w: prefix %q holds a brace, which would take over the keys' Redis Cluster hash tag", ratelimit.ErrInvalidOption, c.prefix)
 	case c.poll <= 0:
 		return c, fmt.Errorf("%w: poll interval must be positive, got %v", ratelimit.ErrInvalidOption, c.poll)
+	case c.maxBatch < 1 || c.maxBytes < 1 || c.depth < 1:
+		return c, fmt.Errorf("%w: coalescing limits must be positive, got batch %d, bytes %d, depth %d",
+			ratelimit.ErrInvalidOption, c.maxBatch, c.maxBytes, c.depth)
 	}
 	return c, nil
 }
@@ -179,3 +196,7 @@ func WithPollInterval(d time.Duration) Option { return func(c *config) { c.poll 
 func withClockTime(padMs int64) Option {
 	return func(c *config) { c.clockTime, c.ttlPadMs = true, padMs }
 }
+
+// withBatchAlways makes every call of a limiter go through the batch form
+// of its script (test only), so that serial traces check it.
+func withBatchAlways() Option { return func(c *config) { c.batchAlways = true } }

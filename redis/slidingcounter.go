@@ -130,7 +130,7 @@ end
 local function put(s, p, c)
   local r = rest(s, p, c)
   if r <= 0 then
-    if v then redis.call('DEL', key) end
+    if v then del(key) end
     return
   end
   put_with(key, s, '%d%09d %d %d', '%d %d', p, c, r)
@@ -189,7 +189,7 @@ elseif op == 'd' then
 end
 
 if op == 'u' then
-  if corrupt then redis.call('DEL', key); return 2 end
+  if corrupt then del(key); return 2 end
   local act = rel(ARGV[5])
   -- Only from a window aligned to the epoch, as in memory.
   if not v or act < 0 or (st - align()) % W ~= 0 then return 0 end
@@ -210,7 +210,7 @@ elseif -st >= W then
   st, prev, cur = st + W, cur, 0
 end
 if n == 0 then
-  if corrupt then redis.call('DEL', key) end
+  if corrupt then del(key) end
   return {status + 1, 1, remaining(st, prev, cur), 0, 0, math.max(rest(st, prev, cur), 0)}
 end
 local e0 = math.max(-st, 0)
@@ -230,7 +230,7 @@ end
 local maxwait = tonumber(ARGV[5])
 if maxwait < 0 or maxwait > hz then maxwait = hz end
 if act > maxwait then
-  if corrupt then redis.call('DEL', key) end
+  if corrupt then del(key) end
   return {status, 0, remaining(st, prev, cur), 0, act, math.max(rest(st, prev, cur), 0)}
 end
 put(ns, np, nc)

@@ -140,7 +140,7 @@ end
 local function store()
   local r = reset()
   if r == 0 then
-    redis.call('DEL', key, fkey)
+    redis.call('DEL', key); del(fkey)
     N, head, hoff, newest = 0, {}, 0, NONE -- as empty: nothing left counts
     return
   end
@@ -197,7 +197,7 @@ W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 fkey = KEYS[2]
 local corrupt = false
 if not load() then
-  redis.call('DEL', key, fkey)
+  redis.call('DEL', key); del(fkey)
   corrupt, N, head, hoff, newest, floor, floor0 = true, 0, {}, 0, NONE, NONE, NONE
 end
 local status = 0

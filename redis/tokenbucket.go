@@ -454,7 +454,7 @@ local function token(act, xn, xf) return abs(act) .. ' ' .. abs(xn) .. ' ' .. fr
 -- if it has passed (the key is then at rest).
 local function put(sn, sf)
   if le(sn, sf, 0, 0) then
-    if held then redis.call('DEL', key) end
+    if held then del(key) end
   else
     put_with(key, sn, '%d%09d %d %s', '%d %s', sf, tag, ceil(sn, sf))
   end
@@ -516,7 +516,7 @@ local status = 0
 if corrupt then status = 2 end
 
 if op == 'u' then
-  if corrupt then redis.call('DEL', key); return 2 end
+  if corrupt then del(key); return 2 end
   if not held or kind or not cancellable() then return 0 end
   put(sub(tn, tf, nivn, nivf))
   return 1
@@ -566,11 +566,11 @@ local delay = 0
 -- A peek takes nothing: it conforms now, whatever is booked ahead.
 if n > 0 and not le(xn, xf, taun, tauf) then delay = ceil(sub(xn, xf, taun, tauf)) end
 if delay > maxwait then
-  if corrupt then redis.call('DEL', key) end
+  if corrupt then del(key) end
   local rn, rf = sub(taun, tauf, tn, tf)
   return {status, 0, rn, rf, delay, ceil(tn, tf)}
 end
-if n > 0 then put(xn, xf) elseif corrupt then redis.call('DEL', key) end
+if n > 0 then put(xn, xf) elseif corrupt then del(key) end
 local rn, rf = sub(taun, tauf, xn, xf)
 local allowed = 0
 if delay == 0 then allowed = 1 end
