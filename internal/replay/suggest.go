@@ -147,11 +147,14 @@ type Outcome struct {
 
 // Cell is the answer for one rate and one target: the smallest burst whose
 // share refused is at most the target, and what one less refuses (nil when
-// the burst is 1).
+// the burst is 1). For the other algorithms (SuggestAlgorithm), Burst is
+// the limit searched; Unmet says no limit meets the target, At then being
+// the outcome at the largest limit tried.
 type Cell struct {
 	Target  float64  `json:"target"`
 	At      Outcome  `json:"at"`
 	Smaller *Outcome `json:"one_less,omitempty"`
+	Unmet   bool     `json:"unmet,omitempty"`
 }
 
 // Row is the answers for one rate: NoRefusal is the smallest burst that
