@@ -158,7 +158,10 @@ type Cell struct {
 }
 
 // Row is the answers for one rate: NoRefusal is the smallest burst that
-// refuses nothing, computed from the trace directly.
+// refuses nothing, computed from the trace directly. For the other
+// algorithms (SuggestAlgorithm) it is the smallest limit that refuses
+// nothing, 0 for a leaky bucket's rate that refuses something at every
+// capacity; a window's row has Rate NoRefusal per the window.
 type Row struct {
 	Rate      ratelimit.Rate
 	NoRefusal int

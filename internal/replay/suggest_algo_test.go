@@ -176,3 +176,67 @@ func TestSuggestAlgorithmErrors(t *testing.T) {
 		t.Fatal("an unknown algorithm accepted")
 	}
 }
+
+// What the bisection relies on: for every algorithm, the requests refused
+// and the keys refused do not grow with the limit (the burst, capacity or
+// limit per window), and a key refused at a limit is refused at every
+// smaller one. Random traces with several keys, rates and windows, limits
+// 1 to 24 replayed one by one.
+func TestSuggestMonotoneInLimit(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for round := range 100 {
+		a := Algorithm(round % 5)
+		tr, err := NewTrace(ratelimit.PerIP, "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tm := int64(0)
+		gap := 1 + rng.Int64N(int64(time.Second))
+		for range 50 + rng.IntN(300) {
+			tm += rng.Int64N(gap)
+			e := accesslog.Entry{Time: tm, IP: []byte(fmt.Sprintf("192.0.2.%d", rng.IntN(1+rng.IntN(5)))), Method: []byte("GET"), Path: []byte("/")}
+			tr.Add("t", 0, &e)
+		}
+		tr.sort()
+		period := time.Duration(1+rng.Int64N(int64(10*time.Second))) * time.Nanosecond
+		perPeriod := 1 + rng.Int64N(5)
+		prev := tr.refuseAll()
+		prevHit := make([]bool, tr.Keys())
+		for i := range prevHit {
+			prevHit[i] = true
+		}
+		for l := 1; l <= 24; l++ {
+			rate := ratelimit.Rate{N: perPeriod, Period: period}
+			if a.Windowed() {
+				rate = ratelimit.Rate{N: int64(l), Period: period}
+			}
+			o, err := tr.ReplayAlgorithm(a, rate, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Which keys the limit refuses, replayed here through the same
+			// limiter by way of ReplayAlgorithm on each key's own trace.
+			hit := make([]bool, tr.Keys())
+			for k := range tr.names {
+				sub := &Trace{names: tr.names}
+				for _, r := range tr.reqs {
+					if int(r.key) == k {
+						sub.reqs = append(sub.reqs, r)
+					}
+				}
+				so, err := sub.ReplayAlgorithm(a, rate, l)
+				if err != nil {
+					t.Fatal(err)
+				}
+				hit[k] = so.Refused > 0
+				if hit[k] && !prevHit[k] {
+					t.Fatalf("round %d (%v, %v): key %d refused at limit %d, not at %d", round, a, rate, k, l, l-1)
+				}
+			}
+			if o.Refused > prev.Refused || o.KeysRefused > prev.KeysRefused {
+				t.Fatalf("round %d (%v, %v): limit %d refuses %d (%d keys), %d refuses %d (%d)", round, a, rate, l, o.Refused, o.KeysRefused, l-1, prev.Refused, prev.KeysRefused)
+			}
+			prev, prevHit = o, hit
+		}
+	}
+}
