@@ -69,8 +69,8 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 // contradicting dominance there. The look-backs are: the fixed window's
 // count since the window's start; the sliding log's count in the last
 // window; the sliding counter's estimate w·(A(s)-A(s-W)) + (A(t-)-A(s)),
-// s the current window's start and w in [0, 1], whose difference between
-// the limits is a non-negative mix of earlier differences; the token
+// s the current window's start and w in [0, 1], which with A(t-) equal is
+// at L+1 the smaller, by dominance at s and s-W; the token
 // bucket's level, the least over earlier instants s of L + r·(t-s) minus
 // the admitted in between. So the requests refused (arrivals less
 // admitted) do not grow with the limit, and a key refused nothing at L is
@@ -80,6 +80,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 // the key's queue is empty, whatever its capacity, so its outcome is the
 // same at every capacity of 1 or more: each cell is capacity 1 if the
 // rate meets the target, and unmet (Cell.Unmet) if no capacity does.
+// TestSuggestMonotoneInLimit checks all of this on random traces.
 //
 // The upper end of a window's search is the most requests of any one key,
 // which no window algorithm can refuse (each admits while fewer than the
