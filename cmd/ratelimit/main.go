@@ -1,7 +1,7 @@
 // Command ratelimit tries rate limits on traffic already served.
 //
 //	ratelimit replay -rules RULES [flags] LOG...
-//	ratelimit suggest -scope ip|user|global [-class PATTERN] [flags] LOG...
+//	ratelimit suggest -scope ip|user|global [-class PATTERN] [-algorithm A] [flags] LOG...
 //
 // reads access logs (the combined or common log format, or JSON lines;
 // gzip-compressed or not; "-" for standard input), runs every request
@@ -9,7 +9,9 @@
 // timestamps, and reports, rule by rule, what they would have refused.
 // Several -rules compare rule sets on the same traffic. suggest finds, for
 // a scope and candidate rates, the smallest token-bucket burst that
-// refuses at most a share of the requests (or of the keys).
+// refuses at most a share of the requests (or of the keys); with
+// -algorithm, the leaky bucket's capacity at each rate or a window
+// algorithm's limit at each candidate window (-windows).
 //
 // See docs/replay.md for the flags, the report and its limits.
 package main

@@ -159,7 +159,14 @@ func TestGoldenSuggest(t *testing.T) {
 	js := runOK(t, "", "suggest", "-json", "-scope", "user", "-rates", "1/s", "-targets", "1%", "-of", "keys",
 		"-format", "json", "-time-field", "ts", "-ip-field", "client", "-user-field", "uid", "-path-field", "uri", "testdata/access.jsonl.gz")
 	golden(t, "suggest.json.golden", js)
+	fw := []string{"suggest", "-algorithm", "fixedwindow", "-scope", "ip", "-class", "POST /login", "-windows", "10s,1m", "-targets", "0%,1%,5%", "testdata/combined.log"}
+	golden(t, "suggest-fixedwindow.txt.golden", runOK(t, "", fw...))
+	golden(t, "suggest-fixedwindow.json.golden", runOK(t, "", append([]string{"suggest", "-json"}, fw[1:]...)...))
 	for _, args := range [][]string{
+		{"suggest", "-algorithm", "gcra", "testdata/combined.log"},
+		{"suggest", "-algorithm", "slidinglog", "-rates", "1/s", "testdata/combined.log"},
+		{"suggest", "-windows", "1m", "testdata/combined.log"},
+		{"suggest", "-algorithm", "fixedwindow", "-windows", "0s", "testdata/combined.log"},
 		{"suggest", "-scope", "tenant", "testdata/combined.log"},
 		{"suggest", "-targets", "5", "testdata/combined.log"},
 		{"suggest", "-rates", "fast", "testdata/combined.log"},

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/accesslog"
@@ -24,9 +25,13 @@ func runSuggest(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ratesF := fs.String("rates", "1/s,2/s,5/s,10/s,20/s,50/s,100/s", "candidate rates, comma-separated")
 	targetsF := fs.String("targets", "0.1%,1%,5%", "target shares refused, comma-separated")
 	of := fs.String("of", "requests", "the target counts refused requests, or keys refused at least once")
+	algoF := fs.String("algorithm", "tokenbucket", "the limiter sized: tokenbucket, leakybucket, fixedwindow, slidinglog or slidingcounter")
+	windowsF := fs.String("windows", "1s,10s,1m", "candidate windows of fixedwindow, slidinglog and slidingcounter, comma-separated")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 	fail := func(err error) int {
 		fmt.Fprintln(stderr, "ratelimit suggest:", err)
 		return 1
@@ -38,6 +43,24 @@ func runSuggest(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	scope, err := replay.ParseScope(*scopeF)
 	if err != nil {
 		return fail(err)
+	}
+	algo, err := replay.ParseAlgorithm(*algoF)
+	if err != nil {
+		return fail(err)
+	}
+	switch {
+	case algo.Windowed() && set["rates"]:
+		return fail(fmt.Errorf("-rates: %v is sized per window; give -windows", algo))
+	case !algo.Windowed() && set["windows"]:
+		return fail(fmt.Errorf("-windows: %v is sized at a rate; give -rates", algo))
+	}
+	var windows []time.Duration
+	for _, s := range strings.Split(*windowsF, ",") {
+		w, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil || w <= 0 {
+			return fail(fmt.Errorf("window %q is not a positive duration", s))
+		}
+		windows = append(windows, w)
 	}
 	var rates []ratelimit.Rate
 	for _, s := range strings.Split(*ratesF, ",") {
@@ -78,9 +101,20 @@ func runSuggest(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 	}
 	prog.done()
-	rows, err := tr.Suggest(rates, targets, *of == "keys")
+	rows, err := tr.SuggestAlgorithm(algo, rates, windows, targets, *of == "keys")
 	if err != nil {
 		return fail(err)
+	}
+	if algo != replay.TokenBucket {
+		if f.jsonOut {
+			err = suggestJSON(stdout, tr, algo, scope, *class, *of, rows)
+		} else {
+			suggestText(stdout, tr, algo, scope, *class, *of, targets, rows)
+		}
+		if err != nil {
+			return fail(err)
+		}
+		return 0
 	}
 	if f.jsonOut {
 		enc := json.NewEncoder(stdout)

@@ -147,15 +147,21 @@ type Outcome struct {
 
 // Cell is the answer for one rate and one target: the smallest burst whose
 // share refused is at most the target, and what one less refuses (nil when
-// the burst is 1).
+// the burst is 1). For the other algorithms (SuggestAlgorithm), Burst is
+// the limit searched; Unmet says no limit meets the target, At then being
+// the outcome at the largest limit tried.
 type Cell struct {
 	Target  float64  `json:"target"`
 	At      Outcome  `json:"at"`
 	Smaller *Outcome `json:"one_less,omitempty"`
+	Unmet   bool     `json:"unmet,omitempty"`
 }
 
 // Row is the answers for one rate: NoRefusal is the smallest burst that
-// refuses nothing, computed from the trace directly.
+// refuses nothing, computed from the trace directly. For the other
+// algorithms (SuggestAlgorithm) it is the smallest limit that refuses
+// nothing, 0 for a leaky bucket's rate that refuses something at every
+// capacity; a window's row has Rate NoRefusal per the window.
 type Row struct {
 	Rate      ratelimit.Rate
 	NoRefusal int
