@@ -3,7 +3,9 @@ package ratelimit
 import (
 	"encoding/binary"
 	"runtime"
+	"strconv"
 	"testing"
+	"time"
 )
 
 // This file measures, from the heap, what keys of 64 KiB – 1 MiB cost
@@ -156,5 +158,56 @@ func TestLongKeysKeyedBulkheadBound(t *testing.T) {
 	kb.Release(b)
 	if kb.Keys() != 0 {
 		t.Fatalf("%d keys held after every Release", kb.Keys())
+	}
+}
+
+// TestSlidingLogMemoryFollowsEvents: at 10,000 events per hour, 10,000
+// keys with one event each hold at most 512 B of heap per key, and a key's
+// ring follows what it holds: k events in the window, O(k) bytes, given
+// back as they leave it.
+func TestSlidingLogMemoryFollowsEvents(t *testing.T) {
+	clk := NewManualClock(suiteT0)
+	per := perKeyHeld(t, func() (any, func() int) {
+		l, err := NewSlidingLog(PerHour(10_000), WithClock(clk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l, func() int { return l.Stats().Keys }
+	}, func(keep any) {
+		l := keep.(*SlidingLog)
+		for i := range 10_000 {
+			if !l.Allow("k" + strconv.Itoa(i)) {
+				t.Fatal("a fresh key refused")
+			}
+		}
+	})
+	t.Logf("%.0f B per key holding one event", per)
+	if per > 512 {
+		t.Fatalf("%.0f B of heap per key holding one event, want ≤ 512", per)
+	}
+
+	l, _ := NewSlidingLog(PerHour(10_000), WithClock(clk))
+	defer l.Close()
+	ringOf := func() int {
+		h, _ := l.k.st.Take("k", clk.Now().UnixNano(), false)
+		defer h.Release()
+		return cap(h.State().ring)
+	}
+	for _, k := range []int{1, 10, 100, 1000, 10_000} {
+		for range k {
+			l.Allow("k")
+			clk.Advance(time.Microsecond)
+		}
+		if n := ringOf(); n > 4*k || n < k {
+			t.Fatalf("a ring of %d instants holding %d", n, k)
+		}
+		clk.Advance(time.Hour) // every instant leaves the window
+		l.Allow("k")           // the next event gives the room back
+		if n := ringOf(); n > minRing {
+			t.Fatalf("a ring of %d instants holding 1", n)
+		}
+		clk.Advance(time.Hour)
+		l.Sweep()
 	}
 }
