@@ -5,6 +5,8 @@ import (
 	"hash/maphash"
 	"sync"
 	"time"
+
+	"github.com/ratelimitkit/ratelimit/internal/keyhash"
 )
 
 // KeyedBulkhead is a bulkhead per key: at most Limit calls in flight for
@@ -15,8 +17,11 @@ import (
 //
 // A key is held in memory only while a call for it is in flight or
 // waiting: the Release or abandoned wait that leaves a key idle drops it,
-// so memory follows the calls in progress, not the keys ever seen. The
-// key string itself is kept, not copied, for that time.
+// so memory follows the calls in progress, not the keys ever seen. A key
+// of at most 64 bytes is kept, not copied, for that time; a longer one is
+// kept in a bounded form (at most 78 bytes: a prefix and a keyed digest,
+// see docs/store.md), so a held key costs a bounded number of bytes
+// whatever its length, and long keys differing in one byte stay apart.
 //
 // Keys are spread over shards by a hash, each shard behind its own mutex,
 // so that calls for different keys seldom contend.
@@ -27,6 +32,7 @@ import (
 // state.
 type KeyedBulkhead struct {
 	seed       maphash.Seed
+	secret     *keyhash.Secret // keeps long keys
 	shards     []keyedBulkheadShard
 	shardMask  uint64
 	limit      int
@@ -76,6 +82,7 @@ func NewKeyedBulkhead(limit int, opts ...BulkheadOption) (*KeyedBulkhead, error)
 	}
 	return &KeyedBulkhead{
 		seed:       maphash.MakeSeed(),
+		secret:     keyhash.NewSecret(),
 		shards:     make([]keyedBulkheadShard, keyedBulkheadShards),
 		shardMask:  keyedBulkheadShards - 1,
 		limit:      limit,
@@ -87,6 +94,15 @@ func NewKeyedBulkhead(limit int, opts ...BulkheadOption) (*KeyedBulkhead, error)
 	}, nil
 }
 
+// kept returns key as the bulkhead keeps it: itself if short, else its
+// bounded form.
+func (kb *KeyedBulkhead) kept(key string) string {
+	if keyhash.Long(key) {
+		return kb.secret.Keep(key)
+	}
+	return key
+}
+
 func (kb *KeyedBulkhead) shard(key string) *keyedBulkheadShard {
 	return &kb.shards[maphash.String(kb.seed, key)&kb.shardMask]
 }
@@ -95,9 +111,10 @@ func (kb *KeyedBulkhead) shard(key string) *keyedBulkheadShard {
 // waiting for one, and reports whether it did. It never blocks. A true
 // result must be paired with one Release(key).
 func (kb *KeyedBulkhead) TryAcquire(key string) bool {
-	sh := kb.shard(key)
+	k := kb.kept(key)
+	sh := kb.shard(k)
 	sh.mu.Lock()
-	ok := kb.tryLocked(sh, key)
+	ok := kb.tryLocked(sh, k)
 	sh.mu.Unlock()
 	if kb.obs != nil {
 		kb.obs.report(key, 1, Decision{Allowed: ok}, 0)
@@ -140,6 +157,7 @@ func (kb *KeyedBulkhead) acquire(ctx context.Context, key string) error {
 		return ctx.Err()
 	default:
 	}
+	key = kb.kept(key)
 	sh := kb.shard(key)
 	w, e, err := kb.enqueue(sh, key)
 	if w == nil {
@@ -197,6 +215,7 @@ func (kb *KeyedBulkhead) abandon(sh *keyedBulkheadShard, key string, e *keyedBul
 // without Acquire", leaving every count unchanged: it is a programmer
 // error.
 func (kb *KeyedBulkhead) Release(key string) {
+	key = kb.kept(key)
 	sh := kb.shard(key)
 	sh.mu.Lock()
 	e := sh.keys[key]
@@ -235,6 +254,7 @@ func (kb *KeyedBulkhead) Do(ctx context.Context, key string, fn func(context.Con
 
 // InFlight returns the number of permits held for key now.
 func (kb *KeyedBulkhead) InFlight(key string) int {
+	key = kb.kept(key)
 	sh := kb.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -246,6 +266,7 @@ func (kb *KeyedBulkhead) InFlight(key string) int {
 
 // Waiting returns the number of calls waiting in Acquire for key now.
 func (kb *KeyedBulkhead) Waiting(key string) int {
+	key = kb.kept(key)
 	sh := kb.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

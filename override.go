@@ -160,17 +160,12 @@ func (k *keyed[S, P, A]) overrideOf(key string, p *P) *P {
 	return p
 }
 
-// storeKey is key as the store knows it: a key longer than the store
-// tells apart is known by its prefix (keystore rule 10). The overrides
-// are keyed the same way, so that a flagged key, however it is spelt,
-// always finds the entry its state was written under. The store gives
-// init and atRest its own key already.
-func (k *keyed[S, P, A]) storeKey(key string) string {
-	if n := k.st.MaxKeyLen(); len(key) > n {
-		return key[:n]
-	}
-	return key
-}
+// storeKey is key as the store keeps it: a long key in its bounded form
+// (keystore rule 10). The overrides are keyed the same way, so that a
+// flagged key always finds the entry its state was written under, and an
+// override of a long key costs its bounded form, not the key. The store
+// gives init and atRest the kept form already.
+func (k *keyed[S, P, A]) storeKey(key string) string { return k.st.Kept(key) }
 
 // initKey sets up key's state at now, under its override if it has one,
 // and returns the key's flag: the store's init.
@@ -228,8 +223,8 @@ func (k *keyed[S, P, A]) multiValidN(key string, n int) error {
 // setOverride gives key the parameters p, built from rate and capacity,
 // or, with p nil, takes its override away; see the invariant above. p is
 // given its generation here.
-func (k *keyed[S, P, A]) setOverride(key string, p *P, rate Rate, capacity int) {
-	key = k.storeKey(key)
+func (k *keyed[S, P, A]) setOverride(given string, p *P, rate Rate, capacity int) {
+	key := k.storeKey(given) // the store is given the key as given: it keeps it itself
 	k.ps.mu.Lock()
 	defer k.ps.mu.Unlock()
 	t := k.ov.t.Load()
@@ -266,7 +261,7 @@ func (k *keyed[S, P, A]) setOverride(key string, p *P, rate Rate, capacity int) 
 	}
 
 	now := k.nc.now()
-	h, fresh := k.st.Take(key, now, false)
+	h, fresh := k.st.Take(given, now, false)
 	if !fresh { // a key held: re-express its state; an absent one starts afresh
 		from := k.ps.p.Load()
 		if h.Flagged() && prev != nil {

@@ -8,55 +8,26 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/ratelimitkit/ratelimit/internal/keystore"
 )
 
 // This file pins what the overrides do with keys a client chooses: a key
 // the store knows by a prefix, and keys that come and go at the cap.
 
-// shortKeyStore gives l a store of one shard that tells keys apart by
-// their first n bytes only, as the real store does past 4 GiB, so that a
-// test can reach that rule with short keys. The store must be empty.
-func shortKeyStore(t *testing.T, l testLimiter, n int) {
-	t.Helper()
-	switch l := l.(type) {
-	case *TokenBucket:
-		setShortKeyStore(&l.k, n)
-	case *LeakyBucket:
-		setShortKeyStore(&l.k, n)
-	case *FixedWindow:
-		setShortKeyStore(&l.k, n)
-	case *SlidingLog:
-		setShortKeyStore(&l.k, n)
-	case *SlidingWindowCounter:
-		setShortKeyStore(&l.k, n)
-	case *LeakyMeter:
-		setShortKeyStore(&l.k, n)
-	default:
-		t.Fatalf("no store in %T", l)
-	}
-}
+// longKey is a key longer than keyhash.Short, which the store keeps in
+// its bounded form: strings.Repeat(base, 10) + tail.
+func longKey(tail string) string { return strings.Repeat("long-key", 10) + tail }
 
-func setShortKeyStore[S, P any, A algo[S, P]](k *keyed[S, P, A], n int) {
-	k.st = keystore.New(keystore.Config{Shards: 1, MaxKeys: k.st.Stats().MaxKeys, MaxKeyLen: n}, k.initKey, k.keyAtRest)
-}
-
-// TestOverrideLongKeys: a key longer than the store tells apart is known
-// by its prefix, by the overrides as by the store. Its override holds
-// when the key is created after it, and through a drop at rest; a key
-// that shares the prefix is the same key, with the same override; and the
-// state is never read under parameters other than the override it was
-// written under (for the token bucket that would take a TAT under a
-// generation it never had).
+// TestOverrideLongKeys: a key longer than keyhash.Short is kept in its
+// bounded form, by the overrides as by the store. Its override holds when
+// the key is created after it, and through a drop at rest; keys sharing
+// all but their last byte are different keys, each with its own override
+// or none; a key of exactly keyhash.Short bytes is kept as it is.
 func TestOverrideLongKeys(t *testing.T) {
-	const prefix = 8
-	a, b := "customer-a", "customer-b" // the same first 8 bytes
+	a, b := longKey("a"), longKey("b")
 	for _, alg := range algorithms {
 		t.Run(alg.name, func(t *testing.T) {
 			t.Run("CreatedAfter", func(t *testing.T) {
 				l, _ := newSuiteLimiter(t, alg)
-				shortKeyStore(t, l, prefix)
 				setOverride(t, alg, l, a, bigLimit)
 				if d := peekAt(t, l, a); d.Limit != bigLimit {
 					t.Fatalf("a peek at a long key with an override of %d: %+v", bigLimit, d)
@@ -65,7 +36,6 @@ func TestOverrideLongKeys(t *testing.T) {
 			})
 			t.Run("HeldThenDropped", func(t *testing.T) {
 				l, clk := newSuiteLimiter(t, alg)
-				shortKeyStore(t, l, prefix)
 				if !l.Allow(a) {
 					t.Fatal("a fresh key refused")
 				}
@@ -80,56 +50,38 @@ func TestOverrideLongKeys(t *testing.T) {
 				}
 				drainKey(t, l, a, smallLimit)
 			})
-			t.Run("SharedPrefix", func(t *testing.T) {
-				// b then a on the short-key store against one key on
-				// the real one: the same decisions.
-				play := func(l testLimiter, a, b string) (n int) {
-					if !l.Allow(b) {
-						t.Fatal("a fresh key refused")
-					}
-					setOverride(t, alg, l, a, smallLimit)
-					if r, ok := overrideOf(l, b); !ok || r != Per(smallLimit, suitePeriod) {
-						t.Fatalf("Override(%q) = %v, %v: the key the store holds for it has one", b, r, ok)
-					}
-					if d := peekAt(t, l, b); d.Limit != smallLimit {
-						t.Fatalf("%q, known as %q is: %+v, want the override's limit %d", b, a, d, smallLimit)
-					}
-					for l.Allow(b) || l.Allow(a) {
-						if n++; n > suiteLimit {
-							break
-						}
-					}
-					l.RemoveOverride(b)
-					if _, ok := overrideOf(l, a); ok {
-						t.Fatalf("RemoveOverride(%q) left %q's override", b, a)
-					}
-					if d := peekAt(t, l, a); d.Limit != suiteLimit {
-						t.Fatalf("after RemoveOverride: %+v, want the limiter's limit", d)
-					}
-					if _, err := l.AllowN(bg, a, bigLimit); !errors.Is(err, ErrExceedsLimit) {
-						t.Fatalf("AllowN(%d) after the override is gone: %v, want ErrExceedsLimit", bigLimit, err)
-					}
-					return n
-				}
+			t.Run("OneByteApart", func(t *testing.T) {
 				l, _ := newSuiteLimiter(t, alg)
-				shortKeyStore(t, l, prefix)
-				ref, _ := newSuiteLimiter(t, alg)
-				if got, want := play(l, a, b), play(ref, "k", "k"); got != want {
-					t.Fatalf("two spellings of a key allowed %d after the override, one spelling %d", got, want)
+				setOverride(t, alg, l, a, smallLimit)
+				if _, ok := overrideOf(l, b); ok {
+					t.Fatalf("%q has the override of a key differing in its last byte", b)
+				}
+				if d := peekAt(t, l, b); d.Limit != suiteLimit {
+					t.Fatalf("%q: %+v, want the limiter's limit %d", b, d, suiteLimit)
+				}
+				drainKey(t, l, a, smallLimit)
+				drainKey(t, l, b, suiteLimit)
+				l.RemoveOverride(b)
+				if _, ok := overrideOf(l, a); !ok {
+					t.Fatalf("RemoveOverride(%q) removed %q's", b, a)
+				}
+				l.RemoveOverride(a)
+				if _, err := l.AllowN(bg, a, bigLimit); !errors.Is(err, ErrExceedsLimit) {
+					t.Fatalf("AllowN(%d) after the override is gone: %v, want ErrExceedsLimit", bigLimit, err)
 				}
 			})
 			t.Run("ShortKeysApart", func(t *testing.T) {
 				l, _ := newSuiteLimiter(t, alg)
-				shortKeyStore(t, l, prefix)
-				setOverride(t, alg, l, "customer", bigLimit) // exactly the prefix
-				if _, ok := overrideOf(l, "custome"); ok {
-					t.Fatal("a shorter key shares the override")
+				short := a[:64] // exactly keyhash.Short: kept as it is
+				setOverride(t, alg, l, short, bigLimit)
+				if _, ok := overrideOf(l, a); ok {
+					t.Fatal("a longer key with the same first 64 bytes shares the override")
 				}
-				if d := peekAt(t, l, "custome"); d.Limit != suiteLimit {
-					t.Fatalf("a shorter key: %+v", d)
+				if d := peekAt(t, l, a); d.Limit != suiteLimit {
+					t.Fatalf("a longer key: %+v", d)
 				}
-				if d := peekAt(t, l, strings.Repeat("customer", 4)); d.Limit != bigLimit {
-					t.Fatalf("a longer key with the prefix: %+v", d)
+				if d := peekAt(t, l, short); d.Limit != bigLimit {
+					t.Fatalf("the 64-byte key: %+v", d)
 				}
 			})
 		})
@@ -146,7 +98,7 @@ func overrideExact[S, P any, A algo[S, P]](k *keyed[S, P, A], keys []string, now
 		h, fresh := k.st.Take(key, now, false)
 		flagged, s := h.Flagged(), *h.State()
 		h.Release()
-		e := k.ov.lookup(key[:min(len(key), k.st.MaxKeyLen())]) // the store's identity of key
+		e := k.ov.lookup(k.storeKey(key)) // the store's identity of key
 		if fresh {
 			if flagged != (e != nil) {
 				return fmt.Errorf("%q, not held: set up flagged %v, override %v", key, flagged, e != nil)
@@ -204,7 +156,7 @@ func checkOverrideExact(l testLimiter, keys []string, now int64) error {
 }
 
 // TestOverrideExactUnderChurn: random traces of every entry point on
-// keys a client chooses (some known to the store by a shared prefix), on a
+// keys a client chooses (some longer than keyhash.Short), on a
 // store capped below the keys in play, so that keys are evicted at the
 // cap, dropped at rest and created again while overrides come and go and
 // the rate changes. After every step each key is flagged exactly when it
@@ -215,14 +167,13 @@ func TestOverrideExactUnderChurn(t *testing.T) {
 	if testing.Short() {
 		seeds = 4
 	}
-	keys := []string{"k0", "k1", "k2", "k3", "long-key-a", "long-key-b", "long-key"}
+	keys := []string{"k0", "k1", "k2", "k3", longKey("a"), longKey("b"), longKey("")}
 	ctx := context.Background()
 	for _, alg := range algorithms {
 		t.Run(alg.name, func(t *testing.T) {
 			for seed := range uint64(seeds) {
 				rng := rand.New(rand.NewPCG(seed, 0x0e7e1de5))
 				l, clk := newSuiteLimiter(t, alg, WithMaxKeys(3))
-				shortKeyStore(t, l, len("long-key"))
 				var held []*Reservation
 				flagged, evicted := 0, uint64(0)
 				for step := range 400 {
@@ -279,20 +230,19 @@ func TestOverrideExactUnderChurn(t *testing.T) {
 }
 
 // TestOverrideExactRacingEviction: goroutines race decisions, resets and
-// sweeps on more keys than the store's cap (some known by a shared
-// prefix), so that keys are evicted and created again while another flips
+// sweeps on more keys than the store's cap (some longer than
+// keyhash.Short), so that keys are evicted and created again while another flips
 // their overrides and a third changes the rate. Under -race. Once all are
 // done, every key is flagged exactly when it has an override, its state
 // in the parameters it decides under, and every decision on the way
 // carried the limit of one of the configurations in play.
 func TestOverrideExactRacingEviction(t *testing.T) {
-	keys := []string{"k0", "k1", "k2", "long-key-a", "long-key-b", "long-key"}
+	keys := []string{"k0", "k1", "k2", longKey("a"), longKey("b"), longKey("")}
 	limits := []int{smallLimit, suiteLimit, bigLimit}
 	ctx := context.Background()
 	for _, alg := range algorithms {
 		t.Run(alg.name, func(t *testing.T) {
 			l, clk := newSuiteLimiter(t, alg, WithMaxKeys(2))
-			shortKeyStore(t, l, len("long-key"))
 			done := make(chan error, 8)
 			run := func(seed uint64, f func(rng *rand.Rand) error) {
 				rng := rand.New(rand.NewPCG(seed, 0xe71c7))

@@ -25,10 +25,14 @@ const maxLogLimit = 1 << 20
 // never gives back more than was booked. A booking more than about 36.5 years
 // ahead is refused (the Reservation is not OK).
 //
-// Memory is O(L) per key: the log is a ring of L instants, 8·L bytes,
-// allocated once when the key is created, plus a 48-byte header; no call
-// allocates after that. L may be at most 1,048,576 (8 MiB per key); for
-// large limits SlidingWindowCounter needs O(1) memory. A clock that moves
+// Memory follows the events a key holds, not L: the log is a ring of
+// instants, 8 bytes each, that doubles as events arrive (from 4, up to L)
+// and halves once at most a quarter of it is in use, plus a 48-byte
+// header: a key holding k instants holds at most about 16·max(k, 4) bytes
+// of ring. Resizing allocates (amortised O(1) per event); a key whose
+// number of events in the window is steady allocates nothing. L may be at
+// most 1,048,576 (8 MiB per key at most); for large limits
+// SlidingWindowCounter needs O(1) memory. A clock that moves
 // backwards never frees capacity: before the newest logged instant, or
 // before an instant dropped from the log has left the window, nothing
 // conforms. A key is at rest, and may be dropped by the store without
@@ -56,7 +60,7 @@ type SlidingLog struct {
 // slState is a key's log: a ring of the instants of its events in
 // non-decreasing order, oldest first.
 type slState struct {
-	ring  []int64 // len L once the key has logged an event; nil before
+	ring  []int64 // room for what it holds, at most L (or n): see fit; nil before
 	head  int32   // ring index of the oldest instant
 	n     int32   // instants held
 	floor int64   // nothing conforms before floor: the newest dropped instant plus W
@@ -103,9 +107,8 @@ func newSLParams(rate Rate) (*slParams, error) {
 // does and returns the same errors, leaving the limiter unchanged on error.
 //
 // Each key keeps the instants it has logged, counted against the new limit
-// over the new window. A key's log grows to a new, larger limit at its
-// next event (one allocation per key, under its lock), and keeps its size
-// under a smaller one until the key is dropped. Bookings made before the
+// over the new window. A key's log grows and shrinks with the instants it
+// holds under either. Bookings made before the
 // change keep their instant; a Cancel of one after the change gives
 // nothing back. Keys with an override (SetOverride) keep theirs.
 func (sl *SlidingLog) SetRate(rate Rate) error {
@@ -164,7 +167,26 @@ func (s *slState) from(now int64) int64 {
 	return t
 }
 
-// grow gives the log a ring of size instants, keeping what it holds.
+// minRing is the smallest ring a log that holds an instant has.
+const minRing = 4
+
+// fit makes the ring hold at least need instants, need <= max(limit, s.n):
+// it doubles as events arrive (to at most the larger of limit and need),
+// and once at most a quarter of it is in use it halves, or more, to twice
+// what is held (at least minRing), so a log's memory follows the instants
+// it holds, O(held), not its limit, and resizing is amortised O(1) per
+// event.
+func (s *slState) fit(need, limit int32) {
+	switch size := int32(len(s.ring)); {
+	case size < need:
+		s.grow(int(min(max(need, 2*size, minRing), max(limit, need))))
+	case size > minRing && 4*need <= size:
+		s.grow(int(max(2*need, minRing)))
+	}
+}
+
+// grow gives the log a ring of size instants, size >= s.n, keeping what
+// it holds.
 func (s *slState) grow(size int) {
 	ring := make([]int64, size)
 	for i := range s.n {
@@ -233,13 +255,11 @@ func (p *slParams) admit(s *slState, now, n, maxWait int64) (b booked, ok bool) 
 	if delay := act - now; (maxWait >= 0 && delay > maxWait) || delay > maxSpan {
 		return booked{act: act}, false
 	}
-	if len(s.ring) < int(p.limit) {
-		s.grow(int(p.limit))
-	}
 	p.drop(s, s.after(now-p.window))
 	if over := int64(s.n) + n - p.limit; over > 0 {
 		p.drop(s, int32(over))
 	}
+	s.fit(s.n+int32(n), int32(p.limit))
 	s.push(act, int32(n))
 	return booked{act: act}, true
 }
@@ -365,9 +385,6 @@ func (p *slParams) settle(s *slState, n, actual int64, b booked, now int64, same
 // the oldest of the merged log are dropped, and copies of t beyond L are
 // dropped at once, each raising the floor as drop does.
 func (p *slParams) insert(s *slState, t, e int64) {
-	if len(s.ring) < int(p.limit) {
-		s.grow(int(p.limit))
-	}
 	m := int32(min(e, p.limit))
 	if e > p.limit {
 		s.floor = max(s.floor, t+p.window)
@@ -384,6 +401,7 @@ func (p *slParams) insert(s *slState, t, e int64) {
 			s.floor = max(s.floor, t+p.window)
 		}
 	}
+	s.fit(s.n+m, int32(p.limit))
 	size := int32(len(s.ring))
 	idx := func(k int32) int32 {
 		if j := s.head + k; j < size {

@@ -3,7 +3,10 @@ package ratelimit
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
+
+	"github.com/ratelimitkit/ratelimit/internal/keyhash"
 )
 
 // TopKeys is an Observer that keeps, in fixed memory, the keys denied most
@@ -22,15 +25,24 @@ import (
 // counted as they come, whatever limiter denied them; give each TopKeys
 // the events of one limiter to rank that limiter's keys.
 //
+// A key of at most 64 bytes is listed as it is; a longer one in a bounded
+// form, at most 78 bytes: its first 32 bytes, "…" and a digest of the whole
+// key under a secret of this TopKeys' own (docs/store.md), so memory is at
+// most k × 78 bytes of keys whatever their length, and long keys differing
+// in one byte are counted apart. The form differs from one TopKeys, and
+// one limiter, to the next; the prefix is there to recognise the key by.
+//
 // Build it with NewTopKeys. It is safe for concurrent use: it takes a lock
 // on denied events only, and allocates only when it first sees a key,
-// which replaces one of the k it holds.
+// which replaces one of the k it holds (a long key's digest is computed
+// before the lock, at about its length's SHA-256 cost).
 type TopKeys struct {
-	mu    sync.Mutex
-	k     int
-	total int64
-	slot  map[string]int // key -> index in heap
-	heap  []KeyCount     // a min-heap by Count; guarded by mu
+	mu     sync.Mutex
+	secret *keyhash.Secret // keeps long keys
+	k      int
+	total  int64
+	slot   map[string]int // key -> index in heap
+	heap   []KeyCount     // a min-heap by Count; guarded by mu
 }
 
 // KeyCount is one key of a TopKeys summary.
@@ -50,7 +62,7 @@ func NewTopKeys(k int) (*TopKeys, error) {
 	if k < 1 || k > 1<<20 {
 		return nil, fmt.Errorf("%w: top keys must keep between 1 and 1048576 keys, got %d", ErrInvalidOption, k)
 	}
-	return &TopKeys{k: k, slot: make(map[string]int, k), heap: make([]KeyCount, 0, k)}, nil
+	return &TopKeys{k: k, secret: keyhash.NewSecret(), slot: make(map[string]int, k), heap: make([]KeyCount, 0, k)}, nil
 }
 
 // Observe counts e if it is a decision that was denied (or, for a shadow
@@ -59,8 +71,12 @@ func (t *TopKeys) Observe(e Event) {
 	if e.Allowed || e.Kind != EventDecision {
 		return
 	}
+	key := e.Key
+	if keyhash.Long(key) {
+		key = t.secret.Keep(key)
+	}
 	t.mu.Lock()
-	t.add(e.Key)
+	t.add(key)
 	t.mu.Unlock()
 }
 
@@ -72,6 +88,7 @@ func (t *TopKeys) add(key string) {
 		t.down(i)
 		return
 	}
+	key = strings.Clone(key) // not the caller's memory, which may hold more
 	if len(t.heap) < t.k {
 		t.heap = append(t.heap, KeyCount{Key: key, Count: 1})
 		i := len(t.heap) - 1

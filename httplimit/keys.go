@@ -44,8 +44,10 @@ type KeyFunc func(r *http.Request) (string, error)
 // longer than 1024, and the last element of a Forwarded line that ends
 // inside a quoted string (a client's open quote could swallow what a
 // proxy appends to its line). A Forwarded line holding a quote is scanned
-// once in full, to find its quoted strings; other lines are read from
-// their end only.
+// once in full, to find its quoted strings, and so is not read at all if
+// it is longer than 8 KiB: its last element counts as not an address (the
+// client is then the last address read, the peer's if it is the last
+// line). Other lines are read from their end only.
 type IPConfig struct {
 	// TrustedProxies lists the addresses of your own proxies (load
 	// balancers, CDN egress ranges). Empty: the connection's address
@@ -174,6 +176,11 @@ const (
 	// maxElement is the longest Forwarded element (its for=, by=, host=
 	// and proto= together) read; a longer one is not an address.
 	maxElement = 1024
+	// maxQuotedLine is the longest Forwarded line holding a quote that is
+	// read: such a line is scanned whole, so a longer one is not read at
+	// all, as if its last element were not an address (a real chain of
+	// maxHops quoted elements is a few KiB).
+	maxQuotedLine = 8 << 10
 )
 
 func (c *clientIP) key(r *http.Request) (string, error) {
@@ -304,7 +311,8 @@ func lastEntry(line string, sep byte, max int) (entry, rest string, more bool) {
 // after the quote is believed. Elements are split at commas outside
 // quoted strings, read left to right: so a line that holds a quote is
 // scanned once in full (without allocating) to find where its quoted
-// strings are; a line without one is read from its end only.
+// strings are, and is not read if longer than maxQuotedLine; a line
+// without one is read from its end only.
 func (c *clientIP) walkForwarded(values []string, client netip.Addr) netip.Addr {
 	h := hops{c: c, client: client}
 	for i := len(values) - 1; i >= 0; i-- {
@@ -321,6 +329,9 @@ func (c *clientIP) walkForwarded(values []string, client netip.Addr) netip.Addr 
 				line = rest
 			}
 			continue
+		}
+		if len(line) > maxQuotedLine {
+			return h.client // not an address: too long to scan whole
 		}
 		// The separators outside quoted strings, the last maxHops of them.
 		var ring [maxHops]int

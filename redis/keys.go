@@ -1,6 +1,11 @@
 package redis
 
-import "strings"
+import (
+	"strings"
+	"sync"
+
+	"github.com/ratelimitkit/ratelimit/internal/keyhash"
+)
 
 // redisKey returns the Redis key of key: prefix + "{" + tag + "}" + suffix.
 //
@@ -10,7 +15,19 @@ import "strings"
 // ('\' becomes `\\`, '{' `\(`, '}' `\)`, and the empty key `\_`), so the
 // tag is never empty (Redis would then hash the whole name) and never ends
 // early, and distinct keys always get distinct Redis keys.
+//
+// A key longer than keyhash.Short (64 bytes) is first replaced by its
+// bounded form (at most 78 bytes: a prefix of it and an HMAC-SHA-256
+// digest of the whole key) under a secret derived from prefix, so that
+// every instance with the same prefix agrees on it and a Redis key costs
+// a bounded number of bytes whatever the key's length. Distinct long keys
+// then get distinct Redis keys unless their digests collide (about 2^128
+// work to find a pair, the secret being known to whoever knows prefix),
+// and a long key never meets a short one (their forms differ in length).
 func redisKey(prefix, key, suffix string) string {
+	if keyhash.Long(key) {
+		key = secretOf(prefix).Keep(key)
+	}
 	if key != "" && !strings.ContainsAny(key, `{}\`) {
 		return prefix + "{" + key + "}" + suffix
 	}
@@ -36,4 +53,17 @@ func redisKey(prefix, key, suffix string) string {
 	b.WriteByte('}')
 	b.WriteString(suffix)
 	return b.String()
+}
+
+// secrets caches the secret derived from each prefix in use.
+var secrets sync.Map // prefix -> *keyhash.Secret
+
+// secretOf returns the secret by which Redis keys under prefix keep long
+// keys: the same in every process.
+func secretOf(prefix string) *keyhash.Secret {
+	if s, ok := secrets.Load(prefix); ok {
+		return s.(*keyhash.Secret)
+	}
+	s, _ := secrets.LoadOrStore(prefix, keyhash.DeriveSecret("ratelimit/redis key", prefix))
+	return s.(*keyhash.Secret)
 }

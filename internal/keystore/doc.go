@@ -20,8 +20,10 @@
 //     leave other calls on the key, and a table being rebuilt, waiting
 //     on the allocator. init and atRest run under the same lock and obey
 //     the same rule. One caller breaks the last part today: the sliding
-//     log allocates a key's ring (8·L bytes) under it, once, on the key's
-//     first event.
+//     log resizes a key's ring under it, doubling it as events arrive (up
+//     to L instants) and halving it once at most a quarter is in use, so
+//     that its memory follows the events it holds: amortised O(1)
+//     allocations per event, none while a key's events are steady.
 //  3. A key already held costs a hash, a probe and one compare-and-swap:
 //     no shared lock, no allocation. Readers probe the shard's current
 //     table with atomic loads and take the lock bit in the key's slot
@@ -65,8 +67,14 @@
 //     while a reader may compare them; an arena that must grow is copied
 //     into a new table value sharing the same slots. A shard holds at most
 //     4 GiB of key bytes (32-bit offsets): past that it evicts as at the
-//     cap. A key longer than maxKeyLen is known by its first maxKeyLen
-//     bytes.
+//     cap. A key longer than keyhash.Short (64) bytes is kept in its
+//     bounded form (keyhash: a prefix and an HMAC-SHA-256 digest of the
+//     whole key under the store's secret, at most keyhash.MaxKept bytes),
+//     so a key costs an arena at most that much whatever its length, and
+//     long keys stay apart to the digest's collision bound. A short key is
+//     kept as it is, at the cost of one length comparison; init and atRest
+//     see the kept form, and Kept gives it to whatever keys a key beside
+//     the store.
 //  11. A key held by others is waited for in line, parked, not by spinning.
 //     A reader that finds its key's slot locked fastTries times in a row
 //     takes its shard's queue mutex and keeps it until Release, so the

@@ -31,7 +31,7 @@ func TestStoreFlagKeptThroughMoves(t *testing.T) {
 			h, fresh := st.Take(key, 0, true)
 			want, held := flag[key]
 			if fresh || !held {
-				want = initFlag(key) // new, or dropped at rest since
+				want = initFlag(st.Kept(key)) // new, or dropped at rest since; init sees the kept form
 			}
 			if h.Flagged() != want {
 				t.Fatalf("step %d: %q flagged %v, want %v (fresh %v)", i, key, h.Flagged(), want, fresh)
@@ -45,7 +45,7 @@ func TestStoreFlagKeptThroughMoves(t *testing.T) {
 			flag[key] = want
 		case op < 60: // a peek at a key that may be absent
 			h, fresh := st.Take(key, 0, false)
-			if fresh && h.Flagged() != initFlag(key) {
+			if fresh && h.Flagged() != initFlag(st.Kept(key)) {
 				t.Fatalf("step %d: peek at %q flagged %v", i, key, h.Flagged())
 			}
 			if fresh {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratelimitkit/ratelimit/internal/keyhash"
 )
 
 // Config sets a store's shape.
@@ -19,9 +21,9 @@ type Config struct {
 	Shards int
 	// MaxKeys caps the keys held; 0 means no cap.
 	MaxKeys int
-	// MaxKeyLen is the longest key told apart (rule 10); 0, or more than
-	// an arena holds, means as long as an arena holds. Tests set it low.
-	MaxKeyLen int
+	// Secret keys the digest by which the store keeps a key longer than
+	// keyhash.Short (rule 10); nil means a random one of its own.
+	Secret *keyhash.Secret
 	// Evicted, if not nil, is called each time a key not at rest is
 	// dropped to make room (rule 5), under its shard's mutex: it must be
 	// quick and must not call the store.
@@ -47,8 +49,8 @@ type Store[S any] struct {
 	shardMask   uint64
 	perShardMax int // 0: no cap
 	maxKeys     int
-	arenaMax    uint64 // the most key bytes a shard's arena holds: maxArena but in tests
-	maxKeyLen   int    // the longest key told apart: arenaMax less room for its length
+	arenaMax    uint64          // the most key bytes a shard's arena holds: maxArena but in tests
+	secret      *keyhash.Secret // keeps long keys (rule 10)
 	init        func(s *S, key string, now int64) bool
 	atRest      func(s *S, flagged bool, key []byte, now int64) bool
 	evicted     func() // nil: none (Config.Evicted)
@@ -186,9 +188,9 @@ func New[S any](cfg Config, init func(s *S, key string, now int64) bool, atRest 
 		}
 		perShard = cfg.MaxKeys / nshards
 	}
-	keyLen := int(min(maxArena-binary.MaxVarintLen64, math.MaxInt))
-	if cfg.MaxKeyLen > 0 && cfg.MaxKeyLen < keyLen {
-		keyLen = cfg.MaxKeyLen
+	secret := cfg.Secret
+	if secret == nil {
+		secret = keyhash.NewSecret()
 	}
 	shards := make([]shard[S], nshards)
 	for i := range shards {
@@ -202,16 +204,24 @@ func New[S any](cfg Config, init func(s *S, key string, now int64) bool, atRest 
 		perShardMax: perShard,
 		maxKeys:     cfg.MaxKeys,
 		arenaMax:    maxArena,
-		maxKeyLen:   keyLen,
+		secret:      secret,
 		init:        init,
 		atRest:      atRest,
 		evicted:     cfg.Evicted,
 	}
 }
 
-// MaxKeyLen is the longest key the store tells apart: a longer key is
-// known by its first MaxKeyLen bytes (rule 10).
-func (st *Store[S]) MaxKeyLen() int { return st.maxKeyLen }
+// Kept returns key as the store keeps it (rule 10): key itself if it is at
+// most keyhash.Short bytes, else its bounded form under the store's
+// secret. Whatever keeps keys beside the store (the limiters' overrides)
+// keys them by this form, the one init and atRest are given.
+func (st *Store[S]) Kept(key string) string { return st.secret.Keep(key) }
+
+// keep is Kept for a long key, out of line so that Take's short-key path
+// stays as small as it was.
+//
+//go:noinline
+func (st *Store[S]) keep(key string) string { return st.secret.Keep(key) }
 
 func (st *Store[S]) hash(key string) (sh *shard[S], tag uint64) {
 	h := maphash.String(st.seed, key)
@@ -271,8 +281,8 @@ func keyAt(b []byte, off uint64, key string) bool {
 // For a key already held, Take takes no shared lock and allocates
 // nothing (rule 3).
 func (st *Store[S]) Take(key string, now int64, create bool) (h Handle[S], fresh bool) {
-	if len(key) > st.maxKeyLen {
-		key = key[:st.maxKeyLen]
+	if len(key) > keyhash.Short {
+		key = st.keep(key)
 	}
 	// Written out rather than calls to st.hash: the compiler does not
 	// inline it into a generic function's body today.

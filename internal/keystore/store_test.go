@@ -1,12 +1,13 @@
 package keystore
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ratelimitkit/ratelimit/internal/keyhash"
 )
 
 // testState is a state whose "at rest" is set by the test: at rest when
@@ -304,10 +305,10 @@ func TestStoreCapDropsAtRestFirstThenCLOCK(t *testing.T) {
 
 // A shard never holds more key bytes than its arena can address: past
 // that, it evicts until the new key fits. A key longer than maxKeyLen is
-// known by its first maxKeyLen bytes.
+// kept in its bounded form (rule 10).
 func TestStoreArenaLimit(t *testing.T) {
 	st := newTestStore(0, 1)
-	st.arenaMax, st.maxKeyLen = 256, 256-binary.MaxVarintLen64
+	st.arenaMax = 256
 	sh := &st.shards[0]
 	for i := 0; i < 10_000; i++ {
 		key := fmt.Sprintf("key-%06d", i) // 10 bytes, 11 with the length
@@ -325,20 +326,28 @@ func TestStoreArenaLimit(t *testing.T) {
 	}
 	checkStore(t, st)
 
-	max := st.maxKeyLen
-	long := strings.Repeat("a", max)
+	// A long key costs its bounded form, whatever its length; keys that
+	// differ in their last byte only stay apart, and a short key is kept
+	// as it is.
+	st = newTestStore(0, 1)
+	sh = &st.shards[0]
+	long := strings.Repeat("a", 1<<20)
 	storeSet(st, long+"b", 5)
-	if v, ok := storeGet(st, long+"c"); !ok || v != 5 {
-		t.Fatalf("keys sharing their first %d bytes: got %d,%v", max, v, ok)
+	storeSet(st, long+"c", 6)
+	if v, ok := storeGet(st, long+"b"); !ok || v != 5 {
+		t.Fatalf("a 1 MiB key: got %d,%v", v, ok)
 	}
-	if v, ok := storeGet(st, long); !ok || v != 5 {
-		t.Fatalf("key of %d bytes: got %d,%v", max, v, ok)
+	if v, ok := storeGet(st, long+"c"); !ok || v != 6 {
+		t.Fatalf("a 1 MiB key differing in its last byte: got %d,%v", v, ok)
 	}
-	if _, ok := storeGet(st, long[1:]); ok {
-		t.Fatal("a shorter key shares the long key's state")
+	if _, ok := storeGet(st, long); ok {
+		t.Fatal("a shorter key shares a long key's state")
 	}
-	if s := st.Stats(); s.Keys != 1 {
-		t.Fatalf("a long key takes the whole arena: %+v", s)
+	if _, arena := tableOf(sh); len(arena) > 256 {
+		t.Fatalf("arena of %d bytes", len(arena))
+	}
+	if k := st.Kept(long); len(k) > keyhash.MaxKept || st.Kept("short") != "short" {
+		t.Fatalf("kept forms: %d bytes, %q", len(k), st.Kept("short"))
 	}
 	checkStore(t, st)
 }
