@@ -78,7 +78,8 @@ const (
 // Under-admission is at most what the leases hold at the time: units that
 // one instance holds and does not spend are refused to the others until
 // its lease ends and gives them back (or they lapse). A denial is cached
-// locally until the RetryAfter Redis gave.
+// locally until the RetryAfter Redis gave, or until a rate change,
+// override or Reset of the key in this limiter.
 //
 // Reserve, Wait, Take and AllowN for more units than a lease may hold go
 // to Redis as without leases, and so do the keys past the first 4096 that
@@ -158,6 +159,7 @@ type grantKey struct {
 // denial is a refusal Redis gave, answered locally until its end.
 type denial struct {
 	at, until int64 // when the take was sent; when to ask again
+	st        stamp // the parameters it was given under: void after a change
 	d         ratelimit.Decision
 }
 
@@ -340,7 +342,7 @@ func (s *leaser) slow(ctx context.Context, gk *grantKey, key string, n, now int6
 					}
 				}
 			}
-			if dn := gk.deny.Load(); dn != nil && now < dn.until {
+			if dn := gk.deny.Load(); dn != nil && now < dn.until && s.lim.current(key, dn.st) {
 				d := dn.d
 				d.RetryAfter = time.Duration(dn.until - now)
 				d.ResetAfter = max(d.ResetAfter-time.Duration(now-dn.at), 0)
@@ -539,7 +541,7 @@ func (s *leaser) fetch(ctx context.Context, key string, size, n int64) (*grant, 
 			if d.RetryAfter <= 0 {
 				return nil, nil, nil
 			}
-			return nil, &denial{at: sent, until: sent + int64(d.RetryAfter), d: d}, nil
+			return nil, &denial{at: sent, until: sent + int64(d.RetryAfter), st: st, d: d}, nil
 		}
 		g := &grant{k: size, limit: d.Limit, start: sent, res: res, short: short}
 		g.left.Store(size)
