@@ -71,12 +71,15 @@ const (
 //     counted against the lease); a unit whose θ has passed lapses. On a
 //     hot key, whose bucket is far from full, the θs lie a bucket's span
 //     ahead and no unit lapses; a lease taken from a full bucket loses
-//     the units due within the round trip, ⌈r·RTT⌉ (at least one).
+//     the units due within the round trip, ⌈r·RTT⌉ (at least one); a
+//     lease that would lose all its units so is given back at once, and
+//     Redis decides the event as without leases.
 //
 // Under-admission is at most what the leases hold at the time: units that
 // one instance holds and does not spend are refused to the others until
 // its lease ends and gives them back (or they lapse). A denial is cached
-// locally until the RetryAfter Redis gave.
+// locally until the RetryAfter Redis gave, or until a rate change,
+// override or Reset of the key in this limiter.
 //
 // Reserve, Wait, Take and AllowN for more units than a lease may hold go
 // to Redis as without leases, and so do the keys past the first 4096 that
@@ -156,6 +159,7 @@ type grantKey struct {
 // denial is a refusal Redis gave, answered locally until its end.
 type denial struct {
 	at, until int64 // when the take was sent; when to ask again
+	st        stamp // the parameters it was given under: void after a change
 	d         ratelimit.Decision
 }
 
@@ -338,7 +342,7 @@ func (s *leaser) slow(ctx context.Context, gk *grantKey, key string, n, now int6
 					}
 				}
 			}
-			if dn := gk.deny.Load(); dn != nil && now < dn.until {
+			if dn := gk.deny.Load(); dn != nil && now < dn.until && s.lim.current(key, dn.st) {
 				d := dn.d
 				d.RetryAfter = time.Duration(dn.until - now)
 				d.ResetAfter = max(d.ResetAfter-time.Duration(now-dn.at), 0)
@@ -346,6 +350,9 @@ func (s *leaser) slow(ctx context.Context, gk *grantKey, key string, n, now int6
 			}
 			if err := s.advance(ctx, gk, key, g, n, now); err != nil {
 				var sc scarce
+				if errors.Is(err, errDirect) {
+					break
+				}
 				if errors.Is(err, errOpen) {
 					lim := s.lim.params(key).alg.max()
 					return ratelimit.Decision{Allowed: true, Limit: lim, Remaining: lim - int(n)}, nil
@@ -363,6 +370,11 @@ func (s *leaser) slow(ctx context.Context, gk *grantKey, key string, n, now int6
 	// the failure policy.
 	return s.lim.AllowN(ctx, key, int(n))
 }
+
+// errDirect is fetch's answer when the lease it took would lapse whole
+// (a token bucket taken from full): it gave the units back, and Redis
+// decides the event.
+var errDirect = errors.New("the lease would lapse whole: redis decides")
 
 // errOpen is fetch's answer when FailOpen answered for Redis.
 var errOpen = errors.New("redis is down and FailOpen answers")
@@ -452,6 +464,12 @@ func (s *leaser) advance(ctx context.Context, gk *grantKey, key string, failed *
 		}
 	}
 	gk.mu.Unlock()
+	if g == nil && dn == nil {
+		// Nothing held and nothing to wait for (a failed call, a lease
+		// given back whole or voided by a rate change): forget the key,
+		// so that it does not hold one of the maxLeaseKeys places.
+		s.drop(gk, key)
+	}
 	return err
 }
 
@@ -523,7 +541,7 @@ func (s *leaser) fetch(ctx context.Context, key string, size, n int64) (*grant, 
 			if d.RetryAfter <= 0 {
 				return nil, nil, nil
 			}
-			return nil, &denial{at: sent, until: sent + int64(d.RetryAfter), d: d}, nil
+			return nil, &denial{at: sent, until: sent + int64(d.RetryAfter), st: st, d: d}, nil
 		}
 		g := &grant{k: size, limit: d.Limit, start: sent, res: res, short: short}
 		g.left.Store(size)
@@ -535,6 +553,14 @@ func (s *leaser) fetch(ctx context.Context, key string, size, n int64) (*grant, 
 			g.tat = sent + reset - 1
 			g.free = g.tat - tb.iv.Add(exact.Time{}, size).CeilNs()
 			g.end = sent + int64(leaseTTL)
+			if now := s.now(); g.tat < now || g.iv.Count(exact.Time{Ns: g.tat - now}) == 0 {
+				// Taken from a full bucket: every unit's θ passed
+				// within the round trip, and the lease would lapse
+				// whole (a bucket of capacity 1 would then admit
+				// nothing). Give it all back and let Redis decide.
+				_, _ = res.Settle(0)
+				return nil, nil, errDirect
+			}
 		case leaseFW:
 			g.end = min(sent+reset, sent+int64(leaseTTL))
 			g.free = g.end
