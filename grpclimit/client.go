@@ -100,6 +100,15 @@ type Client struct {
 	// for its turn, keyed as Pause says. Off by default. Give it the same
 	// Clock.
 	Pacer *httplimit.Pacer
+	// Throttle, if not nil, rejects calls locally while the server refuses
+	// too many of them (see ratelimit.ClientThrottle and Accepted): a
+	// rejected call fails at once, unsent, with a codes.Unavailable status
+	// error matching ratelimit.ErrThrottled.
+	Throttle *ratelimit.ClientThrottle
+	// Accepted says whether the server accepted a call, from the error
+	// the call (or the stream's creation) returned, for Throttle; nil
+	// means DefaultAccepted.
+	Accepted func(err error) bool
 
 	mu     sync.Mutex
 	paused map[string]time.Time // pause key -> hold calls until
@@ -107,6 +116,9 @@ type Client struct {
 
 // Unary is a grpc.UnaryClientInterceptor.
 func (c *Client) Unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if err := c.throttleAllow(ctx); err != nil {
+		return err
+	}
 	release, err := c.before(ctx, method)
 	if err != nil {
 		return err
@@ -116,6 +128,7 @@ func (c *Client) Unary(ctx context.Context, method string, req, reply any, cc *g
 		opts = append(opts[:len(opts):len(opts)], grpc.Header(&md))
 	}
 	err = invoker(ctx, method, req, reply, cc, opts...)
+	c.throttleRecord(err)
 	release()
 	c.observe(method, md)
 	c.after(method, err)
@@ -136,11 +149,15 @@ func (c *Client) observe(method string, md metadata.MD) {
 
 // Stream is a grpc.StreamClientInterceptor.
 func (c *Client) Stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	if err := c.throttleAllow(ctx); err != nil {
+		return nil, err
+	}
 	release, err := c.before(ctx, method)
 	if err != nil {
 		return nil, err
 	}
 	cs, err := streamer(ctx, desc, cc, method, opts...)
+	c.throttleRecord(err)
 	if err != nil {
 		release()
 		c.after(method, err)

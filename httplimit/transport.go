@@ -84,6 +84,14 @@ type Transport struct {
 	// response's headers are observed. Off by default. Give it the same
 	// Clock.
 	Pacer *Pacer
+	// Throttle, if not nil, rejects requests locally while the server
+	// refuses too many of them (see ratelimit.ClientThrottle and
+	// Accepted): a rejected request fails at once with an error matching
+	// ratelimit.ErrThrottled, before any wait, and is not sent.
+	Throttle *ratelimit.ClientThrottle
+	// Accepted says whether the server accepted a request, for Throttle;
+	// nil means DefaultAccepted.
+	Accepted func(resp *http.Response, err error) bool
 
 	mu      sync.Mutex
 	paused  map[string]time.Time                // key -> hold requests until
@@ -104,6 +112,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			req.Body.Close()
 		}
 		return nil, err
+	}
+	if t.Throttle != nil && !t.Throttle.Allow() {
+		return fail(ratelimit.ErrThrottled) // holding nothing; nothing sent
 	}
 	if t.Pacer != nil {
 		giveBack, err := t.Pacer.waitTurn(ctx, key)
@@ -145,6 +156,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		base = http.DefaultTransport
 	}
 	resp, err := base.RoundTrip(req)
+	t.recordThrottle(resp, err)
 	if err != nil {
 		release()
 		return nil, err
