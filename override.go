@@ -43,10 +43,11 @@ import (
 //     SetRate, each see the state the other left: RemoveOverride
 //     re-expresses the key in the limiter's parameters as they stand under
 //     the mutex, and SetRate changes only keys without a flag.
-//   - A change of override moves the epoch on with the key held, as a
-//     change of rate does, so a Cancel (or a Settle's surplus) of a
-//     booking made before it gives nothing back; a Reset moves the key's
-//     generation on instead (see keyed.resets).
+//   - A change of override moves the key's generation on with the key
+//     held, as a Reset does (see keyed.resets), so a Cancel (or a Settle's
+//     surplus) of a booking made on that key before it gives nothing back;
+//     bookings on other keys are untouched. A change of rate moves the
+//     limiter's epoch on instead, voiding every key's.
 //   - The table is keyed as the store knows keys: a key longer than the
 //     store tells apart (keystore rule 10) by its prefix. So every
 //     spelling of a key that reaches a flagged slot finds the entry the
@@ -126,6 +127,8 @@ type rebaser[S, P any] interface {
 	// withGen returns a copy of the parameters with generation gen, for
 	// an override (a no-op for parameters that carry none).
 	withGen(gen uint32) *P
+	// setKeyGen moves the key to generation gen (see override_keygen.go).
+	setKeyGen(s *S, gen uint32)
 }
 
 var (
@@ -275,7 +278,12 @@ func (k *keyed[S, P, A]) setOverride(key string, p *P, rate Rate, capacity int) 
 		rebaserOf[S](to).rebaseFrom(h.State(), from, now)
 		h.SetFlag(p != nil)
 	}
-	k.ps.epoch.Add(2) // with the key held: a booking on it is before or after
+	// With the key held, the key alone moves to a new generation: a
+	// booking on it is before or after, and one made before gives nothing
+	// back. An absent key, set up again, reads the counter moved on.
+	if gen := k.resets.Add(1); !fresh {
+		rebaserOf[S](to).setKeyGen(h.State(), gen)
+	}
 	t.shard[i].Store(&next)
 	h.Release()
 	switch {

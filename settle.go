@@ -66,8 +66,9 @@ type Taker interface {
 // count. The excess is counted as having acted with the booking, at its
 // time to act, so a debt settled long after may already have been paid by
 // the time since (a bucket refilled, a window passed: see each algorithm).
-// A booking made before a change of the limiter's rate, or before a Reset
-// of its key, gives no surplus back; an excess is charged all the same, in
+// A booking made before a change of the limiter's rate, or before a change
+// of its key's override or a Reset of its key, gives no surplus back (a
+// change of another key's override does not void it); an excess is charged all the same, in
 // the parameters now in force.
 //
 // The bound a limiter keeps, with settlements: count each booking at its
