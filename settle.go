@@ -34,7 +34,10 @@ type SettleFunc func(at time.Time, actual int) (Decision, error)
 // true) iff the n events were allowed now and booked; otherwise it booked
 // nothing and its Decision is what AllowN would have said (RetryAfter).
 // n == 0 is a peek: not OK, with AllowN's Decision for a peek (Allowed
-// true, nothing consumed). Errors as AllowN.
+// true, nothing consumed), so its Settle is ErrSettled. A Reserve of 0
+// events is OK (due now, Delay 0, as Wait of 0 returns at once) but books
+// nothing either: its Cancel does nothing and its Settle is ErrSettled,
+// never a debt. Errors as AllowN.
 //
 // The five in-memory limiters implement it, and so do the Redis ones.
 // Multi, AllowAll, Shadow and the Rules do not: settling a composite
@@ -52,8 +55,9 @@ type Taker interface {
 // (Allowed true, Remaining/ResetAfter as they now stand, Limit).
 //
 // Errors: actual < 0 -> ErrNegativeN, and the reservation is left as it
-// was; a reservation that is not OK, or one already settled or cancelled
-// -> ErrSettled; a reservation whose limiter cannot settle ->
+// was; a reservation that is not OK, one of 0 events (Take or Reserve of
+// 0: nothing was booked), or one already settled or cancelled ->
+// ErrSettled; a reservation whose limiter cannot settle ->
 // ErrCannotSettle. Cancel after Settle does nothing, and of Settle and
 // Cancel racing on one reservation exactly one takes effect.
 //
@@ -133,12 +137,20 @@ func (k *keyed[S, P, A]) reservation(key string, n int, d Decision, bk booked, o
 		if n > 0 {
 			r.cancel = func(at time.Time) { k.unbook(key, n, bk, k.nc.nanosOf(at)) }
 		}
-		r.settle = func(at time.Time, actual int) (Decision, error) {
-			return k.settle(key, n, actual, bk, k.nc.nanosOf(at)), nil
+		r.settle = settleNothing // a booking of 0 events holds nothing to settle
+		if n > 0 {
+			r.settle = func(at time.Time, actual int) (Decision, error) {
+				return k.settle(key, n, actual, bk, k.nc.nanosOf(at)), nil
+			}
 		}
 	}
 	return r
 }
+
+// settleNothing is the Settle of a booking of 0 events (a Reserve of 0):
+// it holds nothing, so, as for a Take of 0 (not OK), Settle is ErrSettled
+// and the key is left as it was.
+func settleNothing(time.Time, int) (Decision, error) { return Decision{}, ErrSettled }
 
 // settle settles n events booked as bk at actual, at now, and returns the
 // key's Decision after it. A surplus can come back only if neither the
