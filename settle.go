@@ -67,9 +67,13 @@ type Taker interface {
 // is each algorithm's rule, written in its doc; in short, the buckets give
 // a surplus back while the booking is the latest on its key, and the
 // windows while the booking's window (or its logged instants) still
-// count. The excess is counted as having acted with the booking, at its
-// time to act, so a debt settled long after may already have been paid by
-// the time since (a bucket refilled, a window passed: see each algorithm).
+// count. On the buckets, an excess is charged from now at the earliest: a
+// bucket full again (a queue empty again) since takes the whole debt on
+// its full allowance, as a key dropped at rest and set up again does, so
+// that what a late Settle costs never depends on whether the store kept
+// the key. On the windows, the excess is counted at the booking's time to
+// act, so a debt settled long after may already have been paid by the
+// windows that passed since (see each algorithm).
 // A booking made before a change of the limiter's rate, or before a change
 // of its key's override or a Reset of its key, gives no surplus back (a
 // change of another key's override does not void it); an excess is charged all the same, in
@@ -160,8 +164,9 @@ func settleNothing(time.Time, int) (Decision, error) { return Decision{}, ErrSet
 // settles under the parameters it decides under now, its override's if it
 // has one. An excess is charged
 // whatever happened since, in the parameters now in force; on a key the
-// store has dropped, it is charged from now (the key set up afresh), which
-// is no less than it would have been had the key been kept.
+// store has dropped, it is charged from now (the key set up afresh): on
+// the buckets exactly what it would have cost had the key been kept (they
+// charge a refilled bucket from now), on the windows no less.
 func (k *keyed[S, P, A]) settle(key string, n, actual int, bk booked, now int64) Decision {
 	h, fresh := k.st.Take(key, now, actual > n)
 	a := A(k.paramsOf(&h, key, k.ps.p.Load()))
