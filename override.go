@@ -232,13 +232,27 @@ func (k *keyed[S, P, A]) multiValidN(key string, n int) error {
 // or, with p nil, takes its override away; see the invariant above. p is
 // given its generation here.
 func (k *keyed[S, P, A]) setOverride(key string, p *P, rate Rate, capacity int) {
+	if !k.changeOverride(key, p, rate, capacity) || k.obs == nil {
+		return
+	}
+	if p == nil {
+		k.obs.operator(EventRemoveOverride, key, 0, 0)
+	} else {
+		k.obs.operator(EventSetOverride, key, int(A(p).max()), 0)
+	}
+}
+
+// changeOverride is setOverride's change, reporting whether it made one
+// (not a removal of no override); the event is reported after it, outside
+// the params mutex.
+func (k *keyed[S, P, A]) changeOverride(key string, p *P, rate Rate, capacity int) bool {
 	key = k.storeKey(key)
 	k.ps.mu.Lock()
 	defer k.ps.mu.Unlock()
 	t := k.ov.t.Load()
 	if t == nil {
 		if p == nil {
-			return // no overrides: nothing to remove
+			return false // no overrides: nothing to remove
 		}
 		t = &ovTable[P]{seed: maphash.MakeSeed()}
 		k.ov.t.Store(t) // empty: it changes no decision
@@ -250,7 +264,7 @@ func (k *keyed[S, P, A]) setOverride(key string, p *P, rate Rate, capacity int) 
 	}
 	prev := old[key]
 	if p == nil && prev == nil {
-		return
+		return false
 	}
 	// Everything is allocated before the key is taken.
 	next := make(map[string]*ovEntry[P], len(old)+1)
@@ -292,6 +306,7 @@ func (k *keyed[S, P, A]) setOverride(key string, p *P, rate Rate, capacity int) 
 	case p == nil:
 		k.ov.n--
 	}
+	return true
 }
 
 // override returns key's override: its rate and capacity.

@@ -176,6 +176,7 @@ func (k *keyed[S, P, A]) settle(key string, n, actual int, bk booked, now int64)
 	a.admit(s, now, 0, 0) // a peek: brings the state to p's parameters, books nothing
 	d := a.describe(s, now, booked{act: now}, true)
 	h.Release()
+	k.reportOperator(EventSettle, key, actual, d.Remaining)
 	return d
 }
 
