@@ -63,6 +63,7 @@ type Metrics struct {
 	decisions, fallbacks, redisErrors   *prom.Desc
 	keys, inserts, evictions            *prom.Desc
 	inFlight, waiting, bhLimit, rejects *prom.Desc
+	ops                                 operatorActions // see operator.go
 }
 
 type series struct {
@@ -181,6 +182,7 @@ type boundSeries struct {
 // Observe counts e under the series' name, whatever e's.
 func (b boundSeries) Observe(e ratelimit.Event) {
 	if e.Kind != ratelimit.EventDecision {
+		b.m.ops.observe(b.s.name, e)
 		return
 	}
 	s := b.s
@@ -258,6 +260,7 @@ func (m *Metrics) Describe(ch chan<- *prom.Desc) {
 		ch <- d
 	}
 	m.wait.Describe(ch)
+	m.ops.describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -292,6 +295,7 @@ func (m *Metrics) Collect(ch chan<- prom.Metric) {
 		return true
 	})
 	m.wait.Collect(ch)
+	m.ops.collect(ch)
 	for _, w := range stats {
 		st := w.src.Stats()
 		gauge(m.keys, st.Keys, w.name)
