@@ -77,6 +77,7 @@ type Metrics struct {
 	// conventions' http.server.active_requests); the limit is a gauge.
 	keys, inFlight, waiting metric.Int64ObservableUpDownCounter
 	limit                   metric.Int64ObservableGauge
+	ops                     operatorActions // see operator.go
 }
 
 type series struct {
@@ -169,6 +170,9 @@ func New(meter metric.Meter, opts ...Option) (*Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	if m.ops, err = newOperatorActions(meter); err != nil {
+		return nil, err
+	}
 	m.reg, err = meter.RegisterCallback(m.collect, m.decisions, m.fallbacks, m.redisErrors, m.inserts,
 		m.evictions, m.rejections, m.keys, m.inFlight, m.waiting, m.limit)
 	if err != nil {
@@ -221,6 +225,7 @@ type boundSeries struct {
 // Observe counts e under the series' name, whatever e's.
 func (b boundSeries) Observe(e ratelimit.Event) {
 	if e.Kind != ratelimit.EventDecision {
+		b.m.ops.observe(b.s.name, e)
 		return
 	}
 	s := b.s
