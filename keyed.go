@@ -266,6 +266,7 @@ func (k *keyed[S, P, A]) Reset(key string) {
 		A(k.paramsOf(&h, key, k.ps.p.Load())).reset(h.State(), now, k.resets.Add(1))
 	}
 	h.Release()
+	k.reportOperator(EventReset, key, 0, 0)
 }
 
 // swap replaces the parameters by those next builds from the current
@@ -273,14 +274,16 @@ func (k *keyed[S, P, A]) Reset(key string) {
 // The epoch is odd while the swap is under way (see unbook).
 func (k *keyed[S, P, A]) swap(next func(old *P, now int64) (*P, error)) error {
 	k.ps.mu.Lock()
-	defer k.ps.mu.Unlock()
 	p, err := next(k.ps.p.Load(), k.nc.now())
 	if err != nil {
+		k.ps.mu.Unlock()
 		return err
 	}
 	k.ps.epoch.Add(1)
 	k.ps.p.Store(p)
 	k.ps.epoch.Add(1)
+	k.ps.mu.Unlock()
+	k.reportOperator(EventSetRate, "", int(A(p).max()), 0) // outside the lock
 	return nil
 }
 

@@ -35,9 +35,9 @@ package ratelimit
 // settles it at its actual cost. A surplus comes back, at any time, while
 // the booking is the tail of the queue: the queue's end moves back by it.
 // An excess is booked as debt at the end of the queue, with no admission
-// check, so the next booking starts after it; a queue drained since takes
-// it from its old end. A debt never takes the queue's end beyond 2⁶⁰ ns
-// from now.
+// check, so the next booking starts after it; a queue drained empty since
+// takes it from now, as a key dropped at rest and set up again would. A
+// debt never takes the queue's end beyond 2⁶⁰ ns from now.
 // SetRate changes the rate and capacity at run time; SetOverride gives a
 // key its own (tiers); Reset makes a key start afresh.
 // docs/algorithms.md explains the choices and how it relates to
@@ -218,9 +218,9 @@ func (p *lbParams) unstep(s *lbState, n int64, b booked, at int64) {
 // queue, with no admission check: the end moves on e slots from where it
 // stands, so the next booking starts after them; a queue so pushed beyond
 // its capacity takes nothing more until it has drained below it. A queue
-// that has drained since (its end behind now) takes the debt from that
-// end: the excess counts as having departed with the booking, and the
-// drain since has paid part of it. The debt is capped so that the queue's
+// that has drained empty since (its end behind now) takes the debt from
+// now, as the empty queue of a key dropped at rest and set up again does:
+// dropping a key at rest changes no settlement. The debt is capped so that the queue's
 // end never passes now + 2⁶⁰ ns (about 36.5 years).
 func (p *lbParams) settle(s *lbState, n, actual int64, b booked, now int64, same bool) {
 	switch {
@@ -231,6 +231,11 @@ func (p *lbParams) settle(s *lbState, n, actual int64, b booked, now int64, same
 	case actual > n:
 		if s.gen != p.gen {
 			p.adopt(s)
+		}
+		// From now at the earliest: an emptied queue is the empty queue of
+		// a key dropped at rest and set up again (see tbParams.settle).
+		if s.end.NotAfter(ftime{Ns: now}) {
+			s.end = ftime{Ns: now}
 		}
 		s.end = debtTo(p.iv, s.end, actual-n, now)
 	}

@@ -236,10 +236,12 @@ func (r *Reservation) Cancel() {
 }
 
 func (r *Reservation) cancelAt(t time.Time) {
-	if !r.ok || r.cancel == nil || !r.done.CompareAndSwap(false, true) {
-		return
+	if !r.ok || !r.done.CompareAndSwap(false, true) {
+		return // a Cancel spends the reservation even with nothing to give back
 	}
-	r.cancel(t)
+	if r.cancel != nil {
+		r.cancel(t)
+	}
 }
 
 // validN checks n against a limit of max events at once.

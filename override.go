@@ -43,10 +43,11 @@ import (
 //     SetRate, each see the state the other left: RemoveOverride
 //     re-expresses the key in the limiter's parameters as they stand under
 //     the mutex, and SetRate changes only keys without a flag.
-//   - A change of override moves the epoch on with the key held, as a
-//     change of rate does, so a Cancel (or a Settle's surplus) of a
-//     booking made before it gives nothing back; a Reset moves the key's
-//     generation on instead (see keyed.resets).
+//   - A change of override moves the key's generation on with the key
+//     held, as a Reset does (see keyed.resets), so a Cancel (or a Settle's
+//     surplus) of a booking made on that key before it gives nothing back;
+//     bookings on other keys are untouched. A change of rate moves the
+//     limiter's epoch on instead, voiding every key's.
 //   - The table is keyed as the store knows keys: a key longer than the
 //     store tells apart (keystore rule 10) by its prefix. So every
 //     spelling of a key that reaches a flagged slot finds the entry the
@@ -126,6 +127,8 @@ type rebaser[S, P any] interface {
 	// withGen returns a copy of the parameters with generation gen, for
 	// an override (a no-op for parameters that carry none).
 	withGen(gen uint32) *P
+	// setKeyGen moves the key to generation gen (see override_keygen.go).
+	setKeyGen(s *S, gen uint32)
 }
 
 var (
@@ -223,14 +226,28 @@ func (k *keyed[S, P, A]) multiValidN(key string, n int) error {
 // setOverride gives key the parameters p, built from rate and capacity,
 // or, with p nil, takes its override away; see the invariant above. p is
 // given its generation here.
-func (k *keyed[S, P, A]) setOverride(given string, p *P, rate Rate, capacity int) {
+func (k *keyed[S, P, A]) setOverride(key string, p *P, rate Rate, capacity int) {
+	if !k.changeOverride(key, p, rate, capacity) || k.obs == nil {
+		return
+	}
+	if p == nil {
+		k.obs.operator(EventRemoveOverride, key, 0, 0)
+	} else {
+		k.obs.operator(EventSetOverride, key, int(A(p).max()), 0)
+	}
+}
+
+// changeOverride is setOverride's change, reporting whether it made one
+// (not a removal of no override); the event is reported after it, outside
+// the params mutex.
+func (k *keyed[S, P, A]) changeOverride(given string, p *P, rate Rate, capacity int) bool {
 	key := k.storeKey(given) // the store is given the key as given: it keeps it itself
 	k.ps.mu.Lock()
 	defer k.ps.mu.Unlock()
 	t := k.ov.t.Load()
 	if t == nil {
 		if p == nil {
-			return // no overrides: nothing to remove
+			return false // no overrides: nothing to remove
 		}
 		t = &ovTable[P]{seed: maphash.MakeSeed()}
 		k.ov.t.Store(t) // empty: it changes no decision
@@ -242,7 +259,7 @@ func (k *keyed[S, P, A]) setOverride(given string, p *P, rate Rate, capacity int
 	}
 	prev := old[key]
 	if p == nil && prev == nil {
-		return
+		return false
 	}
 	// Everything is allocated before the key is taken.
 	next := make(map[string]*ovEntry[P], len(old)+1)
@@ -270,7 +287,12 @@ func (k *keyed[S, P, A]) setOverride(given string, p *P, rate Rate, capacity int
 		rebaserOf[S](to).rebaseFrom(h.State(), from, now)
 		h.SetFlag(p != nil)
 	}
-	k.ps.epoch.Add(2) // with the key held: a booking on it is before or after
+	// With the key held, the key alone moves to a new generation: a
+	// booking on it is before or after, and one made before gives nothing
+	// back. An absent key, set up again, reads the counter moved on.
+	if gen := k.resets.Add(1); !fresh {
+		rebaserOf[S](to).setKeyGen(h.State(), gen)
+	}
 	t.shard[i].Store(&next)
 	h.Release()
 	switch {
@@ -279,6 +301,7 @@ func (k *keyed[S, P, A]) setOverride(given string, p *P, rate Rate, capacity int
 	case p == nil:
 		k.ov.n--
 	}
+	return true
 }
 
 // override returns key's override: its rate and capacity.

@@ -34,7 +34,10 @@ type SettleFunc func(at time.Time, actual int) (Decision, error)
 // true) iff the n events were allowed now and booked; otherwise it booked
 // nothing and its Decision is what AllowN would have said (RetryAfter).
 // n == 0 is a peek: not OK, with AllowN's Decision for a peek (Allowed
-// true, nothing consumed). Errors as AllowN.
+// true, nothing consumed), so its Settle is ErrSettled. A Reserve of 0
+// events is OK (due now, Delay 0, as Wait of 0 returns at once) but books
+// nothing either: its Cancel does nothing and its Settle is ErrSettled,
+// never a debt. Errors as AllowN.
 //
 // The five in-memory limiters implement it, and so do the Redis ones.
 // Multi, AllowAll, Shadow and the Rules do not: settling a composite
@@ -52,8 +55,9 @@ type Taker interface {
 // (Allowed true, Remaining/ResetAfter as they now stand, Limit).
 //
 // Errors: actual < 0 -> ErrNegativeN, and the reservation is left as it
-// was; a reservation that is not OK, or one already settled or cancelled
-// -> ErrSettled; a reservation whose limiter cannot settle ->
+// was; a reservation that is not OK, one of 0 events (Take or Reserve of
+// 0: nothing was booked), or one already settled or cancelled ->
+// ErrSettled; a reservation whose limiter cannot settle ->
 // ErrCannotSettle. Cancel after Settle does nothing, and of Settle and
 // Cancel racing on one reservation exactly one takes effect.
 //
@@ -63,11 +67,16 @@ type Taker interface {
 // is each algorithm's rule, written in its doc; in short, the buckets give
 // a surplus back while the booking is the latest on its key, and the
 // windows while the booking's window (or its logged instants) still
-// count. The excess is counted as having acted with the booking, at its
-// time to act, so a debt settled long after may already have been paid by
-// the time since (a bucket refilled, a window passed: see each algorithm).
-// A booking made before a change of the limiter's rate, or before a Reset
-// of its key, gives no surplus back; an excess is charged all the same, in
+// count. On the buckets, an excess is charged from now at the earliest: a
+// bucket full again (a queue empty again) since takes the whole debt on
+// its full allowance, as a key dropped at rest and set up again does, so
+// that what a late Settle costs never depends on whether the store kept
+// the key. On the windows, the excess is counted at the booking's time to
+// act, so a debt settled long after may already have been paid by the
+// windows that passed since (see each algorithm).
+// A booking made before a change of the limiter's rate, or before a change
+// of its key's override or a Reset of its key, gives no surplus back (a
+// change of another key's override does not void it); an excess is charged all the same, in
 // the parameters now in force.
 //
 // The bound a limiter keeps, with settlements: count each booking at its
@@ -132,12 +141,20 @@ func (k *keyed[S, P, A]) reservation(key string, n int, d Decision, bk booked, o
 		if n > 0 {
 			r.cancel = func(at time.Time) { k.unbook(key, n, bk, k.nc.nanosOf(at)) }
 		}
-		r.settle = func(at time.Time, actual int) (Decision, error) {
-			return k.settle(key, n, actual, bk, k.nc.nanosOf(at)), nil
+		r.settle = settleNothing // a booking of 0 events holds nothing to settle
+		if n > 0 {
+			r.settle = func(at time.Time, actual int) (Decision, error) {
+				return k.settle(key, n, actual, bk, k.nc.nanosOf(at)), nil
+			}
 		}
 	}
 	return r
 }
+
+// settleNothing is the Settle of a booking of 0 events (a Reserve of 0):
+// it holds nothing, so, as for a Take of 0 (not OK), Settle is ErrSettled
+// and the key is left as it was.
+func settleNothing(time.Time, int) (Decision, error) { return Decision{}, ErrSettled }
 
 // settle settles n events booked as bk at actual, at now, and returns the
 // key's Decision after it. A surplus can come back only if neither the
@@ -147,8 +164,9 @@ func (k *keyed[S, P, A]) reservation(key string, n int, d Decision, bk booked, o
 // settles under the parameters it decides under now, its override's if it
 // has one. An excess is charged
 // whatever happened since, in the parameters now in force; on a key the
-// store has dropped, it is charged from now (the key set up afresh), which
-// is no less than it would have been had the key been kept.
+// store has dropped, it is charged from now (the key set up afresh): on
+// the buckets exactly what it would have cost had the key been kept (they
+// charge a refilled bucket from now), on the windows no less.
 func (k *keyed[S, P, A]) settle(key string, n, actual int, bk booked, now int64) Decision {
 	h, fresh := k.st.Take(key, now, actual > n)
 	a := A(k.paramsOf(&h, key, k.ps.p.Load()))
@@ -158,6 +176,7 @@ func (k *keyed[S, P, A]) settle(key string, n, actual int, bk booked, now int64)
 	a.admit(s, now, 0, 0) // a peek: brings the state to p's parameters, books nothing
 	d := a.describe(s, now, booked{act: now}, true)
 	h.Release()
+	k.reportOperator(EventSettle, key, actual, d.Remaining)
 	return d
 }
 

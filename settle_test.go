@@ -94,23 +94,26 @@ func TestTokenBucketSettleDebtDelaysExactly(t *testing.T) {
 	}
 }
 
-// TestTokenBucketSettleDebtAfterRefill: the excess counts as having acted
-// with the booking: settled after the bucket has refilled for a while, the
-// debt is measured from where the booking left TAT, and the refill since
-// has paid part of it. Capacity 10 at 1/s: a Take of 1 at t0 settled at 15
-// at t0+10s leaves TAT at t0+15s: 5 tokens now, full in 5s; settled at 15
-// at t0+20s it leaves a full bucket.
+// TestTokenBucketSettleDebtAfterRefill: an excess settled after the
+// bucket has refilled is charged from now, on the full bucket, as it is on
+// a key the store dropped at rest (see TestLateSettleIgnoresDrop); while
+// the bucket has not refilled, it is charged from where TAT stands.
+// Capacity 10 at 1/s: a Take of 1 at t0 (TAT t0+1s) settled at 15 at
+// t0+10s or t0+20s leaves TAT 14s past now: 4 tokens short, full in 14s;
+// a Take of 10 at t0 (TAT t0+10s) settled at 15 at t0+5s leaves TAT at
+// t0+15s: full in 10s, no token now.
 func TestTokenBucketSettleDebtAfterRefill(t *testing.T) {
 	for _, c := range []struct {
+		took      int
 		after     time.Duration
 		remaining int
 		reset     time.Duration
-	}{{10 * time.Second, 5, 5 * time.Second}, {20 * time.Second, 10, 0}} {
+	}{{1, 10 * time.Second, 0, 14 * time.Second}, {1, 20 * time.Second, 0, 14 * time.Second}, {10, 5 * time.Second, 0, 10 * time.Second}} {
 		tb, clk := newTB(t, PerSecond(1), 10)
-		r := mustTake(t, tb, "k", 1, true)
+		r := mustTake(t, tb, "k", c.took, true)
 		clk.Advance(c.after)
 		if d := mustSettle(t, r, 15); d.Remaining != c.remaining || d.ResetAfter != c.reset {
-			t.Errorf("settled %v after: %+v, want Remaining %d, ResetAfter %v", c.after, d, c.remaining, c.reset)
+			t.Errorf("took %d, settled %v after: %+v, want Remaining %d, ResetAfter %v", c.took, c.after, d, c.remaining, c.reset)
 		}
 	}
 }

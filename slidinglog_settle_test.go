@@ -173,3 +173,39 @@ func TestSlidingLogInsertModel(t *testing.T) {
 		}
 	}
 }
+
+// TestSlidingLogForgetsDebtWithWindow pins what docs/algorithms.md says of
+// the sliding log over intervals longer than W: a debt settled once its
+// booking's window has passed holds nothing back; one settled within it
+// closes the key until that window ends, and not after.
+func TestSlidingLogForgetsDebtWithWindow(t *testing.T) {
+	ctx := context.Background()
+	for _, late := range []bool{false, true} {
+		clk := NewManualClock(time.Unix(1000, 0))
+		sl, err := NewSlidingLog(Per(1, time.Second), WithClock(clk))
+		must(t, err)
+		r, err := sl.Take(ctx, "k", 1)
+		must(t, err)
+		if late {
+			clk.Advance(2 * time.Second)
+		} else {
+			clk.Advance(500 * time.Millisecond)
+		}
+		if _, err := r.Settle(5); err != nil {
+			t.Fatal(err)
+		}
+		if !late {
+			if sl.Allow("k") {
+				t.Fatal("allowed within the window of a debt of 4")
+			}
+			clk.Advance(500*time.Millisecond - 1)
+			if sl.Allow("k") {
+				t.Fatal("allowed 1ns before the window of the debt ends")
+			}
+			clk.Advance(1)
+		}
+		if !sl.Allow("k") {
+			t.Errorf("late %v: refused once the booking's window has passed", late)
+		}
+	}
+}

@@ -45,9 +45,10 @@ import "fmt"
 // the booking is still the latest on its key: TAT moves back by it, as if
 // the booking had been for the actual cost; otherwise nothing comes back.
 // An excess is booked as debt with no admission check: TAT moves on by it
-// from where it stands, so later requests wait for it; a TAT refilled past
-// since takes it from there (the excess counts as having acted with the
-// booking, and the refill since has paid part of it). A debt never takes
+// from where it stands, so later requests wait for it; a bucket that has
+// refilled to full since (TAT behind now) takes it from now, on the full
+// bucket, as a key dropped at rest and set up again would: what a late
+// excess costs never depends on whether the store kept the key. A debt never takes
 // TAT beyond 2⁶⁰ ns (36.5 years) from now: the rest is forgiven.
 //
 // SetRate changes the rate and capacity at run time; SetOverride gives a
@@ -351,10 +352,10 @@ func (p *tbParams) unstep(s *tbState, n int64, b booked, at int64) {
 // An excess of e = actual − n tokens is booked as debt, whoever booked
 // since and with no admission check (the work was done): TAT moves on e
 // intervals, from where it stands, as if the booking had taken actual
-// tokens and every later one had followed it. A TAT already refilled past
-// (behind now) takes the debt from there: the excess counts as having acted
-// with the booking, so the refill since has paid part of it, exactly as it
-// would have for a booking of actual tokens. A debt is capped so that TAT
+// tokens and every later one had followed it. A bucket already full again
+// (TAT behind now) takes the debt from now: it is charged on the full
+// bucket, as on a key the store dropped at rest and set up afresh, so that
+// dropping a key at rest changes no settlement. A debt is capped so that TAT
 // never passes now + 2⁶⁰ ns (about 36.5 years): what lies beyond is
 // forgiven.
 func (p *tbParams) settle(s *tbState, n, actual int64, b booked, now int64, same bool) {
@@ -366,6 +367,12 @@ func (p *tbParams) settle(s *tbState, n, actual int64, b booked, now int64, same
 	case actual > n:
 		if s.gen != p.gen {
 			p.adopt(s, now)
+		}
+		// From now at the earliest: a bucket refilled since is full, as a
+		// key dropped at rest and set up again is, so the cost of a late
+		// excess does not depend on whether the store kept the key.
+		if s.tat.NotAfter(ftime{Ns: now}) {
+			s.tat = ftime{Ns: now}
 		}
 		s.tat = debtTo(p.iv, s.tat, actual-n, now)
 	}

@@ -18,6 +18,13 @@ const DefaultPacerHosts = 1024
 // maxPacePolicies is how many named policies a Pacer remembers per key.
 const maxPacePolicies = 8
 
+// maxPaceName is the most bytes of a policy's name a Pacer keeps: a longer
+// name is kept by its first maxPaceName bytes (two such names alike that
+// far are one policy). Names are copied, so that no header line is kept
+// alive by a name cut from it: a key holds at most maxPacePolicies ×
+// maxPaceName = 2 KiB of names.
+const maxPaceName = 256
+
 // Pacer spaces requests so that a server's remaining quota lasts until it
 // resets, as the server's rate-limit headers describe it, instead of
 // spending the quota at once and meeting a 429. Transport uses it when its
@@ -47,9 +54,12 @@ const maxPacePolicies = 8
 //
 // Garbage and hostile values are ignored or bounded: a field that does
 // not parse is ignored, a wait never exceeds MaxPause and is never
-// negative, and memory is bounded (maxPacePolicies policies per key,
-// MaxHosts keys; past that, keys whose policies have all reset are dropped
-// first, then any). Pacing is advice taken from the server: the server's
+// negative, and memory is bounded in bytes: per key, at most 8 policies
+// (maxPacePolicies) whose names are kept copied and cut to 256 bytes
+// (maxPaceName), so at most 2 KiB of names and about 600 bytes of
+// policies, plus the key itself (copied); at most MaxHosts keys (past
+// that, keys whose policies have all reset are dropped first, then any).
+// Nothing a header holds is kept beyond that. Pacing is advice taken from the server: the server's
 // own limit still decides, and a request refused anyway (429 with
 // Retry-After) is Transport's to pause for.
 //
@@ -147,7 +157,7 @@ func (p *Pacer) newHostLocked(key string, now time.Time) *paceHost {
 		}
 	}
 	h := &paceHost{}
-	p.hosts[key] = h
+	p.hosts[strings.Clone(key)] = h // not a part of a larger string kept alive
 	return h
 }
 
@@ -165,14 +175,20 @@ func (h *paceHost) staleAt(now time.Time) bool {
 }
 
 // setLocked replaces the policy of pol's name, or adds it, evicting the
-// one that resets first when maxPacePolicies are known.
+// one that resets first when maxPacePolicies are known. The name is cut
+// to maxPaceName bytes, and a new one copied (see maxPaceName).
 func (h *paceHost) setLocked(pol pacePolicy) {
+	if len(pol.name) > maxPaceName {
+		pol.name = pol.name[:maxPaceName]
+	}
 	for i := range h.policies {
 		if h.policies[i].name == pol.name {
+			pol.name = h.policies[i].name // the copy already kept
 			h.policies[i] = pol
 			return
 		}
 	}
+	pol.name = strings.Clone(pol.name)
 	if len(h.policies) < maxPacePolicies {
 		h.policies = append(h.policies, pol)
 		return

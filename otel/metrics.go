@@ -18,12 +18,12 @@
 //	                                (allowed, denied, would_deny)
 //	ratelimit.fallback.decisions    counter {decision}; ratelimit.limiter
 //	ratelimit.wait.duration         histogram, s, of waits that waited
-//	ratelimit.keys                  gauge {key}, from Stats
+//	ratelimit.keys                  updowncounter {key}, from Stats
 //	ratelimit.key.inserts           counter {key}, from Stats
 //	ratelimit.key.evictions         counter {key}; ratelimit.eviction.kind
 //	                                (at_rest, lru)
-//	ratelimit.bulkhead.in_flight    gauge {call}; ratelimit.bulkhead
-//	ratelimit.bulkhead.waiting      gauge {call}
+//	ratelimit.bulkhead.in_flight    updowncounter {call}; ratelimit.bulkhead
+//	ratelimit.bulkhead.waiting      updowncounter {call}
 //	ratelimit.bulkhead.limit        gauge {call}
 //	ratelimit.bulkhead.rejections   counter {call}
 //	ratelimit.redis.errors          counter {error}; ratelimit.limiter
@@ -76,8 +76,12 @@ type Metrics struct {
 	bulkheads []watched[Concurrency]
 
 	decisions, fallbacks, redisErrors, inserts, evictions, rejections metric.Int64ObservableCounter
-	keys, inFlight, waiting, limit                                    metric.Int64ObservableGauge
-	lease                                                             leaseInstruments // see lease.go
+	// Counts that go up and down are UpDownCounters (as the semantic
+	// conventions' http.server.active_requests); the limit is a gauge.
+	keys, inFlight, waiting metric.Int64ObservableUpDownCounter
+	limit                   metric.Int64ObservableGauge
+	ops                     operatorActions // see operator.go
+	lease                   leaseInstruments // see lease.go
 
 	fair fairClasses // fair.go
 }
@@ -145,15 +149,23 @@ func New(meter metric.Meter, opts ...Option) (*Metrics, error) {
 		ins, err = meter.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
 		return ins
 	}
+	upDown := func(name, unit, desc string) metric.Int64ObservableUpDownCounter {
+		if err != nil {
+			return nil
+		}
+		var ins metric.Int64ObservableUpDownCounter
+		ins, err = meter.Int64ObservableUpDownCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		return ins
+	}
 	m.decisions = counter("ratelimit.decisions", "{decision}", "Decisions taken, by limiter and outcome (allowed, denied, or would_deny for a shadow limit).")
 	m.fallbacks = counter("ratelimit.fallback.decisions", "{decision}", "Decisions answered by a failure policy, not by the limit.")
 	m.redisErrors = counter("ratelimit.redis.errors", "{error}", "Calls to Redis that failed, each answered by the failure policy.")
 	m.inserts = counter("ratelimit.key.inserts", "{key}", "Keys added to the limiter's store.")
 	m.evictions = counter("ratelimit.key.evictions", "{key}", "Keys dropped from the limiter's store, by kind: at_rest (lossless) or lru (at the cap).")
 	m.rejections = counter("ratelimit.bulkhead.rejections", "{call}", "Calls the bulkhead refused a permit.")
-	m.keys = gauge("ratelimit.keys", "{key}", "Keys held by the limiter's store.")
-	m.inFlight = gauge("ratelimit.bulkhead.in_flight", "{call}", "Calls holding a permit of the bulkhead.")
-	m.waiting = gauge("ratelimit.bulkhead.waiting", "{call}", "Calls waiting for a permit of the bulkhead.")
+	m.keys = upDown("ratelimit.keys", "{key}", "Keys held by the limiter's store.")
+	m.inFlight = upDown("ratelimit.bulkhead.in_flight", "{call}", "Calls holding a permit of the bulkhead.")
+	m.waiting = upDown("ratelimit.bulkhead.waiting", "{call}", "Calls waiting for a permit of the bulkhead.")
 	m.limit = gauge("ratelimit.bulkhead.limit", "{call}", "The bulkhead's limit on calls in flight.")
 	if err != nil {
 		return nil, err
@@ -171,6 +183,9 @@ func New(meter metric.Meter, opts ...Option) (*Metrics, error) {
 		return nil, err
 	}
 	if m.batch, err = newBatchHistogram(meter); err != nil {
+		return nil, err
+	}
+	if m.ops, err = newOperatorActions(meter); err != nil {
 		return nil, err
 	}
 	m.reg, err = meter.RegisterCallback(m.collect, m.decisions, m.fallbacks, m.redisErrors, m.inserts,
@@ -233,6 +248,7 @@ func (b boundSeries) Observe(e ratelimit.Event) {
 	}
 	if e.Kind != ratelimit.EventDecision {
 		b.m.lease.observe(b.s, e)
+		b.m.ops.observe(b.s.name, e)
 		return
 	}
 	s := b.s

@@ -16,6 +16,14 @@ import (
 
 var t0 = time.Unix(1_700_000_000, 0)
 
+// upDown names the instruments that are UpDownCounters; the limit stays a
+// gauge.
+var upDown = map[string]bool{
+	"ratelimit.keys":               true,
+	"ratelimit.bulkhead.in_flight": true,
+	"ratelimit.bulkhead.waiting":   true,
+}
+
 // collect reads every instrument through the SDK's manual reader and
 // returns each int64 point as "name attr=value,..." -> value, and the
 // wait histogram's points by limiter.
@@ -38,13 +46,23 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) (map[string]int64, map[str
 		for _, m := range sm.Metrics {
 			switch d := m.Data.(type) {
 			case metricdata.Sum[int64]:
-				if !d.IsMonotonic {
-					t.Errorf("%s is not monotonic", m.Name)
+				// Counts that go up and down (keys held, calls in flight or
+				// waiting) are UpDownCounters, as the semantic conventions
+				// have http.server.active_requests; every other sum only
+				// goes up.
+				if want := !upDown[m.Name]; d.IsMonotonic != want {
+					t.Errorf("%s: monotonic %v, want %v", m.Name, d.IsMonotonic, want)
+				}
+				if upDown[m.Name] && d.Temporality != metricdata.CumulativeTemporality {
+					t.Errorf("%s: temporality %v, want cumulative", m.Name, d.Temporality)
 				}
 				for _, p := range d.DataPoints {
 					ints[key(m.Name, p.Attributes)] = p.Value
 				}
 			case metricdata.Gauge[int64]:
+				if upDown[m.Name] {
+					t.Errorf("%s is a gauge, want an UpDownCounter", m.Name)
+				}
 				for _, p := range d.DataPoints {
 					ints[key(m.Name, p.Attributes)] = p.Value
 				}

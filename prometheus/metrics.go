@@ -68,6 +68,7 @@ type Metrics struct {
 	decisions, fallbacks, redisErrors   *prom.Desc
 	keys, inserts, evictions            *prom.Desc
 	inFlight, waiting, bhLimit, rejects *prom.Desc
+	ops                                 operatorActions // see operator.go
 }
 
 type series struct {
@@ -195,6 +196,7 @@ func (b boundSeries) Observe(e ratelimit.Event) {
 	}
 	if e.Kind != ratelimit.EventDecision {
 		observeLease(b.s, e)
+		b.m.ops.observe(b.s.name, e)
 		return
 	}
 	s := b.s
@@ -275,6 +277,7 @@ func (m *Metrics) Describe(ch chan<- *prom.Desc) {
 	describeLease(ch)
 	ch <- fairClassDesc
 	m.batch.describe(ch)
+	m.ops.describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -312,6 +315,7 @@ func (m *Metrics) Collect(ch chan<- prom.Metric) {
 		return true
 	})
 	m.wait.Collect(ch)
+	m.ops.collect(ch)
 	for _, w := range stats {
 		st := w.src.Stats()
 		gauge(m.keys, st.Keys, w.name)

@@ -594,6 +594,9 @@ func (l *limiter) reservation(p *setting, key string, n int, r *reply, local int
 		}
 	}
 	res := ratelimit.NewReservation(l.cfg.clock, true, d, act, cancel)
+	if n == 0 { // nothing booked, nothing to settle: as in memory
+		return res.SetSettle(func(time.Time, int) (ratelimit.Decision, error) { return ratelimit.Decision{}, ratelimit.ErrSettled })
+	}
 	return res.SetSettle(func(at time.Time, actual int) (ratelimit.Decision, error) {
 		return l.settle(key, n, actual, token, !void && l.current(key, st), mirrored, at)
 	})

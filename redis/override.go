@@ -47,8 +47,10 @@ func (l *limiter) params(key string) *setting {
 // setOverride gives key the parameters next builds from those it decides
 // under now (at now, on the limiter's clock), or, with next nil, takes its
 // override away; local makes the same change on the FailLocal limiter, if
-// it has overrides. The epoch moves on, as in memory: a Cancel of a
-// booking made before gives nothing back. A key written under the
+// it has overrides. The key's counter of Resets moves on, as in memory: a
+// Cancel or Settle's surplus of a booking on key made before gives
+// nothing back; bookings on other keys are untouched (but for those that
+// share key's counter, on the safe side, see limiter.resets). A key written under the
 // parameters it leaves is re-expressed at its next decision (see
 // tbAlgo.restate and the ghosts of removed overrides).
 func (l *limiter) setOverride(key string, next func(from algorithm, now time.Time) algorithm, rate ratelimit.Rate, capacity int, local func(ratelimit.Limiter)) {
@@ -87,9 +89,10 @@ func (l *limiter) setOverride(key string, next func(from algorithm, now time.Tim
 			l.ov.ghosts.add(tb, now, l.cur.Load().alg.(*tbAlgo).gen)
 		}
 	}
-	l.epoch.Add(1)
+	slot := l.slot(key) // the key's alone, as a Reset: other keys' bookings stand
+	slot.Add(1)
 	l.ov.t.Store(&m)
-	l.epoch.Add(1)
+	slot.Add(1)
 	if l.local != nil {
 		local(l.local)
 	}

@@ -93,6 +93,23 @@ func TestSettleErrors(t *testing.T) {
 	} else if !r4.Decision().Allowed || r4.Decision().Remaining != 4 {
 		t.Errorf("Take(0): %+v, want the peek's Decision", r4.Decision())
 	}
+	// A Reserve of 0 books nothing: its Settle is ErrSettled, with or
+	// without a Cancel first, and takes nothing.
+	for _, cancel := range []bool{false, true} {
+		r5, err := rds.Reserve(bg, "k", 0)
+		if err != nil || !r5.OK() {
+			t.Fatalf("Reserve(0): %+v %v", r5, err)
+		}
+		if cancel {
+			r5.Cancel()
+		}
+		if _, err := r5.Settle(3); !errors.Is(err, ratelimit.ErrSettled) {
+			t.Errorf("Settle(3) of a Reserve of 0 (cancelled first: %v): %v", cancel, err)
+		}
+		if d, _ := rds.AllowN(bg, "k", 0); d.Remaining != 4 {
+			t.Errorf("Settle(3) of a Reserve of 0 (cancelled first: %v) took: %+v", cancel, d)
+		}
+	}
 }
 
 // TestSettleFailurePolicies: the FailLocal limiter's booking is settled

@@ -1,0 +1,48 @@
+package otel
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/ratelimitkit/ratelimit"
+)
+
+// operatorActions counts the operator actions the limiters report
+// (ratelimit.EventSetRate and the kinds after it) on the counter
+// ratelimit.operator.actions {action}, with the attributes
+// ratelimit.limiter and ratelimit.operator.action.
+type operatorActions struct{ c metric.Int64Counter }
+
+func newOperatorActions(meter metric.Meter) (operatorActions, error) {
+	c, err := meter.Int64Counter("ratelimit.operator.actions", metric.WithUnit("{action}"),
+		metric.WithDescription("Changes made at run time, by limiter and action (set_rate, set_override, remove_override, reset, settle)."))
+	return operatorActions{c}, err
+}
+
+// operatorAction names the action of an event kind, "" for kinds that are
+// not operator actions.
+func operatorAction(k ratelimit.EventKind) string {
+	switch k {
+	case ratelimit.EventSetRate:
+		return "set_rate"
+	case ratelimit.EventSetOverride:
+		return "set_override"
+	case ratelimit.EventRemoveOverride:
+		return "remove_override"
+	case ratelimit.EventReset:
+		return "reset"
+	case ratelimit.EventSettle:
+		return "settle"
+	}
+	return ""
+}
+
+// observe counts e under name if it is an operator action.
+func (o operatorActions) observe(name string, e ratelimit.Event) {
+	if a := operatorAction(e.Kind); a != "" && o.c != nil {
+		o.c.Add(context.Background(), 1, metric.WithAttributes(
+			LimiterKey.String(name), attribute.String("ratelimit.operator.action", a)))
+	}
+}
