@@ -80,7 +80,7 @@ type Metrics struct {
 	// conventions' http.server.active_requests); the limit is a gauge.
 	keys, inFlight, waiting metric.Int64ObservableUpDownCounter
 	limit                   metric.Int64ObservableGauge
-	ops                     operatorActions // see operator.go
+	ops                     operatorActions  // see operator.go
 	lease                   leaseInstruments // see lease.go
 
 	fair fairClasses // fair.go
