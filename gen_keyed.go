@@ -89,8 +89,8 @@ func ({{.Recv}} *{{.Type}}) Reset(key string) { {{.Recv}}.k.Reset(key) }
 // back under the limiter's parameters from its next decision on,
 // atomically, its state re-expressed in them as SetRate does it (the
 // allowance it held, capped at the limiter's), and follows SetRate again.
-// A Cancel of a booking made before it gives nothing back, on any key, as
-// after SetRate.
+// A Cancel or Settle of a booking made on key before it gives nothing
+// back, as after a Reset of key; other keys' bookings are untouched.
 func ({{.Recv}} *{{.Type}}) RemoveOverride(key string) { {{.Recv}}.k.setOverride(key, nil, Rate{}, 0) }
 
 var _ inMemory = (*{{.Type}})(nil)

@@ -64,8 +64,8 @@ func (tb *TokenBucket) Reset(key string) { tb.k.Reset(key) }
 // back under the limiter's parameters from its next decision on,
 // atomically, its state re-expressed in them as SetRate does it (the
 // allowance it held, capped at the limiter's), and follows SetRate again.
-// A Cancel of a booking made before it gives nothing back, on any key, as
-// after SetRate.
+// A Cancel or Settle of a booking made on key before it gives nothing
+// back, as after a Reset of key; other keys' bookings are untouched.
 func (tb *TokenBucket) RemoveOverride(key string) { tb.k.setOverride(key, nil, Rate{}, 0) }
 
 var _ inMemory = (*TokenBucket)(nil)
@@ -158,8 +158,8 @@ func (lb *LeakyBucket) Reset(key string) { lb.k.Reset(key) }
 // back under the limiter's parameters from its next decision on,
 // atomically, its state re-expressed in them as SetRate does it (the
 // allowance it held, capped at the limiter's), and follows SetRate again.
-// A Cancel of a booking made before it gives nothing back, on any key, as
-// after SetRate.
+// A Cancel or Settle of a booking made on key before it gives nothing
+// back, as after a Reset of key; other keys' bookings are untouched.
 func (lb *LeakyBucket) RemoveOverride(key string) { lb.k.setOverride(key, nil, Rate{}, 0) }
 
 var _ inMemory = (*LeakyBucket)(nil)
@@ -252,8 +252,8 @@ func (fw *FixedWindow) Reset(key string) { fw.k.Reset(key) }
 // back under the limiter's parameters from its next decision on,
 // atomically, its state re-expressed in them as SetRate does it (the
 // allowance it held, capped at the limiter's), and follows SetRate again.
-// A Cancel of a booking made before it gives nothing back, on any key, as
-// after SetRate.
+// A Cancel or Settle of a booking made on key before it gives nothing
+// back, as after a Reset of key; other keys' bookings are untouched.
 func (fw *FixedWindow) RemoveOverride(key string) { fw.k.setOverride(key, nil, Rate{}, 0) }
 
 var _ inMemory = (*FixedWindow)(nil)
@@ -346,8 +346,8 @@ func (sl *SlidingLog) Reset(key string) { sl.k.Reset(key) }
 // back under the limiter's parameters from its next decision on,
 // atomically, its state re-expressed in them as SetRate does it (the
 // allowance it held, capped at the limiter's), and follows SetRate again.
-// A Cancel of a booking made before it gives nothing back, on any key, as
-// after SetRate.
+// A Cancel or Settle of a booking made on key before it gives nothing
+// back, as after a Reset of key; other keys' bookings are untouched.
 func (sl *SlidingLog) RemoveOverride(key string) { sl.k.setOverride(key, nil, Rate{}, 0) }
 
 var _ inMemory = (*SlidingLog)(nil)
@@ -440,8 +440,8 @@ func (sc *SlidingWindowCounter) Reset(key string) { sc.k.Reset(key) }
 // back under the limiter's parameters from its next decision on,
 // atomically, its state re-expressed in them as SetRate does it (the
 // allowance it held, capped at the limiter's), and follows SetRate again.
-// A Cancel of a booking made before it gives nothing back, on any key, as
-// after SetRate.
+// A Cancel or Settle of a booking made on key before it gives nothing
+// back, as after a Reset of key; other keys' bookings are untouched.
 func (sc *SlidingWindowCounter) RemoveOverride(key string) { sc.k.setOverride(key, nil, Rate{}, 0) }
 
 var _ inMemory = (*SlidingWindowCounter)(nil)
@@ -534,8 +534,8 @@ func (lm *LeakyMeter) Reset(key string) { lm.k.Reset(key) }
 // back under the limiter's parameters from its next decision on,
 // atomically, its state re-expressed in them as SetRate does it (the
 // allowance it held, capped at the limiter's), and follows SetRate again.
-// A Cancel of a booking made before it gives nothing back, on any key, as
-// after SetRate.
+// A Cancel or Settle of a booking made on key before it gives nothing
+// back, as after a Reset of key; other keys' bookings are untouched.
 func (lm *LeakyMeter) RemoveOverride(key string) { lm.k.setOverride(key, nil, Rate{}, 0) }
 
 var _ inMemory = (*LeakyMeter)(nil)

@@ -319,9 +319,9 @@ func (k *keyed[S, P, A]) override(key string) (Rate, int, bool) {
 // limiter's, from the key's next decision on, atomically: a decision on the
 // key uses either its old parameters or the new ones, never a mix. It
 // validates as NewTokenBucket does and returns the same errors, leaving
-// everything unchanged on error. Other keys decide as before, but a Cancel
-// of a booking made before the change gives nothing back on any key, as
-// after SetRate.
+// everything unchanged on error. Other keys decide as before and keep what
+// their bookings can give back; a Cancel or Settle of a booking made on key
+// before the change gives nothing back, as after a Reset of key.
 //
 // The key keeps the tokens it held at the change, capped at the new
 // capacity, and refills at the new rate from then on, as SetRate does for
@@ -350,13 +350,13 @@ func (tb *TokenBucket) Override(key string) (rate Rate, capacity int, ok bool) {
 	return tb.k.override(key)
 }
 
-// SetOverride gives key a drain rate and queue capacity of its own, in
-// place of the limiter's, from the key's next decision on, atomically: a
-// decision on the key uses either its old parameters or the new ones, never
-// a mix. It validates as NewLeakyBucket does and returns the same errors,
-// leaving everything unchanged on error. Other keys decide as before, but a
-// Cancel of a booking made before the change gives nothing back on any key,
-// as after SetRate.
+// SetOverride gives key a drain rate and queue capacity of its own, in place
+// of the limiter's, from the key's next decision on, atomically: a decision
+// on the key uses either its old parameters or the new ones, never a mix. It
+// validates as NewLeakyBucket does and returns the same errors, leaving
+// everything unchanged on error. Other keys decide as before and keep what
+// their bookings can give back; a Cancel or Settle of a booking made on key
+// before the change gives nothing back, as after a Reset of key.
 //
 // The key keeps its queue, as SetRate keeps every key's: the events booked
 // keep their slots, the next slot starts where the queue ends, spaced at
@@ -389,9 +389,9 @@ func (lb *LeakyBucket) Override(key string) (rate Rate, capacity int, ok bool) {
 // the limiter's, from the key's next decision on, atomically: a decision on
 // the key uses either its old parameters or the new ones, never a mix. It
 // validates as NewFixedWindow does and returns the same errors, leaving
-// everything unchanged on error. Other keys decide as before, but a Cancel
-// of a booking made before the change gives nothing back on any key, as
-// after SetRate.
+// everything unchanged on error. Other keys decide as before and keep what
+// their bookings can give back; a Cancel or Settle of a booking made on key
+// before the change gives nothing back, as after a Reset of key.
 //
 // The key keeps its window's start and count, as SetRate keeps every
 // key's: the count is held against the new limit, the window closes the
@@ -424,9 +424,9 @@ func (fw *FixedWindow) Override(key string) (rate Rate, ok bool) {
 // the limiter's, from the key's next decision on, atomically: a decision on
 // the key uses either its old parameters or the new ones, never a mix. It
 // validates as NewSlidingLog does and returns the same errors, leaving
-// everything unchanged on error. Other keys decide as before, but a Cancel
-// of a booking made before the change gives nothing back on any key, as
-// after SetRate.
+// everything unchanged on error. Other keys decide as before and keep what
+// their bookings can give back; a Cancel or Settle of a booking made on key
+// before the change gives nothing back, as after a Reset of key.
 //
 // The key keeps the instants it has logged, counted against the new limit
 // over the new window, as SetRate keeps every key's: its log grows to a
@@ -459,9 +459,9 @@ func (sl *SlidingLog) Override(key string) (rate Rate, ok bool) {
 // the limiter's, from the key's next decision on, atomically: a decision on
 // the key uses either its old parameters or the new ones, never a mix. It
 // validates as NewSlidingWindowCounter does and returns the same errors,
-// leaving everything unchanged on error. Other keys decide as before, but a
-// Cancel of a booking made before the change gives nothing back on any key,
-// as after SetRate.
+// leaving everything unchanged on error. Other keys decide as before and
+// keep what their bookings can give back; a Cancel or Settle of a booking
+// made on key before the change gives nothing back, as after a Reset of key.
 //
 // The key keeps its window's start and both counts, weighed against the
 // new limit and length, as SetRate keeps every key's, and a Cancel of a
