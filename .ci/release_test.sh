@@ -61,7 +61,10 @@ git tag -d v0.0.9 >/dev/null
 if "$check" >/dev/null 2>&1; then ok "check-release passes on an untagged commit"
 else fail "check-release failed on an untagged commit"; fi
 
-# A real release in the clone.
+# A real release in the clone, of a commit with one more exported function.
+printf 'package ratelimit\n\n// ReleaseProbe is in v0.1.0 only.\nfunc ReleaseProbe() {}\n' >zz_release_probe.go
+git add zz_release_probe.go && git commit -q -m "probe"
+head=$(git rev-parse HEAD)
 if out=$("$release" v0.1.0 2>&1); then
 	n=0
 	for t in $want; do
@@ -78,6 +81,21 @@ if out=$("$release" v0.1.0 2>&1); then
 else
 	fail "release v0.1.0 failed: $out"
 fi
+
+# The API check against v0.1.0 (fetches apidiff on first use; about a
+# minute per run on a loaded 2-core machine).
+if out=$("$release" v0.1.1 --dry-run 2>&1); then fail "v0.1.1 without a CHANGELOG section accepted"
+else ok "a version without a CHANGELOG section is refused after a release"; fi
+sed -i 's/^## 0\.1\.0 (/## 0.2.0\n\n- Removed.\n\n## 0.1.1\n\n- Removed.\n\n## 0.1.0 (/' CHANGELOG.md
+git rm -q zz_release_probe.go && git commit -q -am "remove the probe"
+if out=$("$release" v0.1.1 --dry-run 2>&1); then fail "v0.1.1 accepted an incompatible change: $out"
+elif printf '%s\n' "$out" | grep -q 'ReleaseProbe: removed' &&
+	printf '%s\n' "$out" | grep -q 'incompatible API changes since v0.1.0'; then
+	ok "the API check refuses a removed function in a patch version"
+else fail "v0.1.1 refused, but not for the removed function: $out"; fi
+if out=$("$release" v0.2.0 --dry-run 2>&1) && printf '%s\n' "$out" | grep -q '^v0\.2\.0 -> '; then
+	ok "the API check lets a new minor version (before v1) remove a function"
+else fail "v0.2.0 refused: $out"; fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
