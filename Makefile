@@ -2,7 +2,7 @@
 MODULES := $(shell find . -name go.mod -not -path './.git/*' -exec dirname {} \; | sort)
 GO ?= go
 
-.PHONY: demo svg test lint fmtcheck vet bench bench-redis bench-lease bench-profile fuzz
+.PHONY: demo svg test lint fmtcheck vet bench bench-redis bench-lease bench-profile fuzz release release-test
 
 ## demo: the limiters at work: a token bucket, the five algorithms side by
 ## side, limits changed while serving (tiers, a raise, a reset, a settled
@@ -40,7 +40,7 @@ svg:
 ## test: formatting, vet, a build of every package (examples too) and every
 ## test of every module, with the race detector; go test also runs each fuzz
 ## target on its seed corpus (f.Add and testdata/fuzz).
-test: fmtcheck vet
+test: fmtcheck vet release-test
 	@set -e; for m in $(MODULES); do \
 		echo "== go test -race $$m"; \
 		(cd $$m && $(GO) build ./... && $(GO) test -race -count=1 ./...); \
@@ -162,3 +162,20 @@ fuzz:
 			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) $$p; \
 		done; \
 	done
+
+## release: cut release VERSION (vX.Y.Z) with .ci/release: semver and not
+## yet tagged, a CHANGELOG.md section, the API check against the previous
+## release, one commit setting the nested modules' requires on the core to
+## VERSION, then the tags VERSION, redis/, grpclimit/, prometheus/ and
+## otel/VERSION. DRYRUN=1 prints the commit and the tags and changes
+## nothing. Nothing is pushed. See docs/testing.md, "Releasing".
+VERSION ?=
+DRYRUN ?=
+release:
+	@test -n '$(VERSION)' || { echo "usage: make release VERSION=vX.Y.Z [DRYRUN=1]" >&2; exit 1; }
+	bash .ci/release '$(VERSION)' $(if $(DRYRUN),--dry-run)
+
+## release-test: .ci/release and .ci/check-release on temporary clones
+## (part of make test).
+release-test:
+	bash .ci/release_test.sh
