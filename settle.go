@@ -132,7 +132,7 @@ func (k *keyed[S, P, A]) Take(ctx context.Context, key string, n int) (*Reservat
 	}
 	if k.obs != nil {
 		if s := deferred.From[Decision](ctx); s != nil { // the caller reports the outcome once (internal/charge)
-			s.Hold(func(n int, d Decision) { k.obs.report(key, n, d, 0) })
+			s.Hold(k.obs, key)
 		} else if n > 0 {
 			k.obs.report(key, n, d, 0)
 		}

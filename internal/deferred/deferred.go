@@ -11,11 +11,17 @@ package deferred
 
 import "context"
 
-// Slot holds how a limiter reports one decision of n events, D its
-// decision type. The zero value holds nothing. A Slot is used by one
-// goroutine at a time.
+// Reporter reports one decision of n events for key, D its decision type.
+type Reporter[D any] interface {
+	ReportDeferred(key string, n int, d D)
+}
+
+// Slot holds how a limiter reports one decision, D its decision type: its
+// reporter and the key. The zero value holds nothing. A Slot is used by
+// one goroutine at a time.
 type Slot[D any] struct {
-	report func(n int, d D)
+	r   Reporter[D]
+	key string
 }
 
 type key[D any] struct{}
@@ -31,17 +37,17 @@ func From[D any](ctx context.Context) *Slot[D] {
 	return s
 }
 
-// Hold keeps f as the way to report, in place of what was held.
-func (s *Slot[D]) Hold(f func(n int, d D)) { s.report = f }
+// Hold keeps r and k as the way to report, in place of what was held.
+func (s *Slot[D]) Hold(r Reporter[D], k string) { s.r, s.key = r, k }
 
 // Held reports whether a limiter left a report in s.
-func (s *Slot[D]) Held() bool { return s.report != nil }
+func (s *Slot[D]) Held() bool { return s.r != nil }
 
 // Report reports n events decided as d through what was held, if
 // anything, and empties s.
 func (s *Slot[D]) Report(n int, d D) {
-	if f := s.report; f != nil {
-		s.report = nil
-		f(n, d)
+	if r := s.r; r != nil {
+		s.r = nil
+		r.ReportDeferred(s.key, n, d)
 	}
 }
