@@ -174,6 +174,10 @@ func (o *observed) report(key string, n int, d Decision, waited time.Duration) {
 	})
 }
 
+// ReportDeferred reports a decision that a caller made on the limiter
+// and reports once itself (see internal/deferred).
+func (o *observed) ReportDeferred(key string, n int, d Decision) { o.report(key, n, d, 0) }
+
 // Counter is a ready observer that counts decisions per limiter name:
 // allowed, denied, and shadow would-denies. It holds one small record per
 // distinct name, so names must come from a fixed set (they do when they

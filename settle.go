@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/ratelimitkit/ratelimit/internal/deferred"
 )
 
 // Errors of Settle. Test for them with errors.Is; the text is part of the
@@ -128,8 +130,12 @@ func (k *keyed[S, P, A]) Take(ctx context.Context, key string, n int) (*Reservat
 	if err != nil {
 		return nil, err
 	}
-	if k.obs != nil && n > 0 {
-		k.obs.report(key, n, d, 0)
+	if k.obs != nil {
+		if s := deferred.From[Decision](ctx); s != nil { // the caller reports the outcome once (internal/charge)
+			s.Hold(k.obs, key)
+		} else if n > 0 {
+			k.obs.report(key, n, d, 0)
+		}
 	}
 	return k.reservation(key, n, d, bk, ok && n > 0), nil
 }

@@ -127,12 +127,16 @@ end
 
 -- A settlement (see tbScript): 'g' gives a surplus of n places back if
 -- the booking is still the tail of the queue, at any time; 'd' books a
--- debt of n places at the end of the queue as it stands (even drained).
+-- debt of n places at the end of the queue as it stands, or from now if
+-- the queue has drained empty since.
 -- Either then replies as a peek.
 if op == 'g' and held and not corrupt and not kind and latest() then
   en, ef = sub(en, ef, nivn, nivf)
   put(en, ef)
 elseif op == 'd' then
+  -- From now at the earliest: a queue drained empty since is the empty
+  -- queue of a key dropped at rest and set up again.
+  if le(en, ef, 0, 0) then en, ef = 0, 0 end
   en, ef = debt(en, ef)
   put(en, ef)
   corrupt = false -- replaced

@@ -525,8 +525,9 @@ end
 -- A settlement of the booking of the cancel token ARGV[5] (see
 -- limiter.settle): 'g' gives a surplus of n tokens back, at any time, if
 -- the booking is still the latest held, under these parameters; 'd'
--- books a debt of n tokens from the TAT as it stands (even passed), once
--- the state is in these parameters. Either then replies as a peek.
+-- books a debt of n tokens from the TAT as it stands, or from now if it
+-- has passed (the bucket full again), once the state is in these
+-- parameters. Either then replies as a peek.
 local settling = op == 'g' or op == 'd'
 if op == 'g' and held and not corrupt and not kind and latest() then
   tn, tf = sub(tn, tf, nivn, nivf)
@@ -548,6 +549,9 @@ if kind == 'other' then
   if le(tn, tf, 0, 0) then tn, tf = 0, 0 else tn, tf = ceil(tn, tf) + taun, tauf end
 end
 if op == 'd' then
+  -- From now at the earliest: a bucket refilled since is full, as the
+  -- bucket of a key dropped at rest and set up again is.
+  if le(tn, tf, 0, 0) then tn, tf = 0, 0 end
   tn, tf = debt(tn, tf)
   put(tn, tf)
   corrupt = false -- replaced

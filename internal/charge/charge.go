@@ -28,6 +28,15 @@
 //  5. The headers are the middleware's: Charge calls its show function,
 //     under the Charge's lock, only before Done, so that nothing writes
 //     them once the handler has returned.
+//  6. One event per limit and request, as ratelimit.AllowAll reports: the
+//     peeks, probes and give-backs that Take makes on an in-memory
+//     limiter report nothing; once the request is decided, each enforced
+//     limit reports its own final decision of n (Allowed saying whether
+//     that limit allowed, whatever the others said), through its own
+//     observer, once. A failed Take reports nothing. A shadow reports its
+//     own charge, made only on an allowed request. A limiter that is not
+//     one of ratelimit's in-memory limiters (the Redis backend, or a
+//     user's own) reports what its own calls report.
 package charge
 
 import (
@@ -36,6 +45,7 @@ import (
 	"sync"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/deferred"
 )
 
 // Limit is one limit a request is charged under: a limiter that can
@@ -51,21 +61,32 @@ type Limit struct {
 
 func (l *Limit) shadow() bool { return l.Shadow != nil }
 
-// Take books n > 0 events under every limit, all or nothing (rules 1 to
-// 3). ds and res have len(limits): ds[i] is limit i's decision (as
+// Take books n > 0 events under every limit, all or nothing, and reports
+// them (rules 1 to 3 and 6). ds and res have len(limits): ds[i] is limit i's decision (as
 // booked if allowed; as the limit stands, or its denial, if not), and, if
 // allowed, res[i] its booking (nil for a shadow). On a denial or an error
 // every res[i] is nil; an error is the first a limiter returned, after the
 // give-back.
 func Take(ctx context.Context, n int, limits []Limit, ds []ratelimit.Decision, res []*ratelimit.Reservation) (allowed bool, err error) {
+	slots := make([]deferred.Slot[ratelimit.Decision], len(limits))
+	ctxs := make([]context.Context, len(limits))
 	enforced := 0
 	for i := range limits {
+		ctxs[i] = ctx
 		if !limits[i].shadow() {
 			enforced++
+			ctxs[i] = deferred.With(ctx, &slots[i])
 		}
 	}
+	defer func() {
+		if err == nil {
+			for i := range slots {
+				slots[i].Report(n, ds[i])
+			}
+		}
+	}()
 	if enforced > 1 {
-		if denied, err := probe(ctx, n, limits, ds, -1); err != nil || denied {
+		if denied, err := probe(ctxs, n, limits, ds, -1); err != nil || denied {
 			return false, err
 		}
 	}
@@ -84,7 +105,7 @@ func Take(ctx context.Context, n int, limits []Limit, ds []ratelimit.Decision, r
 				ds[i] = d
 				continue
 			}
-			r, err := l.Taker.Take(ctx, l.Key, n)
+			r, err := l.Taker.Take(ctxs[i], l.Key, n)
 			if err != nil {
 				cancelAll(limits, res)
 				return false, err
@@ -92,7 +113,7 @@ func Take(ctx context.Context, n int, limits []Limit, ds []ratelimit.Decision, r
 			ds[i] = r.Decision()
 			if !r.OK() {
 				cancelAll(limits, res)
-				if _, err := probe(ctx, n, limits, ds, i); err != nil {
+				if _, err := probe(ctxs, n, limits, ds, i); err != nil {
 					return false, err
 				}
 				return false, nil
@@ -107,13 +128,15 @@ func Take(ctx context.Context, n int, limits []Limit, ds []ratelimit.Decision, r
 // booking nothing it keeps: a peek, and, for an enforced limit whose peek
 // shows less than n, a booking of n, to learn its RetryAfter if it
 // denies, cancelled at once if it allows (the state moved since the
-// peek). It reports whether an enforced limit denied.
-func probe(ctx context.Context, n int, limits []Limit, ds []ratelimit.Decision, skip int) (denied bool, err error) {
+// peek). It reports whether an enforced limit denied. Limit i is asked
+// with ctxs[i].
+func probe(ctxs []context.Context, n int, limits []Limit, ds []ratelimit.Decision, skip int) (denied bool, err error) {
 	for i := range limits {
 		if i == skip {
 			continue
 		}
 		l := &limits[i]
+		ctx := ctxs[i]
 		d, err := peek(ctx, l)
 		if err != nil {
 			return false, err
