@@ -3,7 +3,8 @@ package ratelimit
 // Operator actions: the changes an operator makes at run time are reported
 // to the limiter's observer (WithObserver), as an audit trail, each as an
 // Event of its own kind. Observers that count decisions skip them (they
-// are not EventDecision). The in-memory limiters report them; the fields
+// are not EventDecision). The in-memory limiters report them, and so do
+// the Redis backend's (to redis.WithObserver's observer); the fields
 // each kind fills are in its doc, the others are zero.
 const (
 	// EventSetRate: SetRate changed the limiter's parameters. Limiter is

@@ -525,6 +525,7 @@ func (l *limiter) Reset(ctx context.Context, key string) error {
 		l.fail(key, err)
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
+	l.operated(ratelimit.EventReset, key, 0, 0)
 	return nil
 }
 
@@ -536,6 +537,15 @@ func (l *limiter) Reset(ctx context.Context, key string) error {
 // The epoch is odd while the change is under way: a booking that
 // overlaps it, or precedes it, is not given back by Cancel.
 func (l *limiter) setRate(next func(old algorithm, now time.Time) (algorithm, error), local func(ratelimit.Limiter) error) error {
+	if err := l.changeRate(next, local); err != nil {
+		return err
+	}
+	l.operated(ratelimit.EventSetRate, "", l.cur.Load().alg.max(), 0) // after the lock: an observer may peek
+	return nil
+}
+
+// changeRate is setRate's change, under the limiter's mutex.
+func (l *limiter) changeRate(next func(old algorithm, now time.Time) (algorithm, error), local func(ratelimit.Limiter) error) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	a, err := next(l.cur.Load().alg, l.cfg.clock.Now())
@@ -643,6 +653,7 @@ func (l *limiter) settle(key string, n, actual int, token string, same bool, mir
 	}
 	dec := p.alg.decision(&r, 0)
 	dec.Allowed, dec.RetryAfter = true, 0
+	l.operated(ratelimit.EventSettle, key, actual, dec.Remaining)
 	return dec, nil
 }
 

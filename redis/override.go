@@ -54,6 +54,20 @@ func (l *limiter) params(key string) *setting {
 // parameters it leaves is re-expressed at its next decision (see
 // tbAlgo.restate and the ghosts of removed overrides).
 func (l *limiter) setOverride(key string, next func(from algorithm, now time.Time) algorithm, rate ratelimit.Rate, capacity int, local func(ratelimit.Limiter)) {
+	if !l.changeOverride(key, next, rate, capacity, local) {
+		return
+	}
+	// After the lock: an observer may peek at the limiter.
+	if next == nil {
+		l.operated(ratelimit.EventRemoveOverride, key, 0, 0)
+	} else {
+		l.operated(ratelimit.EventSetOverride, key, l.params(key).alg.max(), 0)
+	}
+}
+
+// changeOverride is setOverride's change, under the limiter's mutex; it
+// reports whether it made one (not a removal of no override).
+func (l *limiter) changeOverride(key string, next func(from algorithm, now time.Time) algorithm, rate ratelimit.Rate, capacity int, local func(ratelimit.Limiter)) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var old map[string]*setting
@@ -62,7 +76,7 @@ func (l *limiter) setOverride(key string, next func(from algorithm, now time.Tim
 	}
 	prev := old[key]
 	if next == nil && prev == nil {
-		return
+		return false
 	}
 	m := make(map[string]*setting, len(old)+1)
 	for k, p := range old {
@@ -99,6 +113,7 @@ func (l *limiter) setOverride(key string, next func(from algorithm, now time.Tim
 	if l.deny != nil {
 		l.deny.forget(key)
 	}
+	return true
 }
 
 // override returns key's override.
