@@ -293,18 +293,29 @@ func (k *keyed[S, P, A]) swap(next func(old *P, now int64) (*P, error)) error {
 // limit below n since, or the key's override allow less (see validN),
 // book fails with ErrExceedsLimit, deciding nothing.
 // A peek (n == 0) creates no key: it steps a scratch state of the store's.
+//
+// A sliding log's step that needs a ring it has not got lets the key go,
+// allocates it and decides afresh (see slPlan): nothing is allocated
+// with the key held.
 func (k *keyed[S, P, A]) book(key string, n int, now, maxWait int64) (Decision, booked, bool, error) {
-	h, _ := k.st.Take(key, now, n > 0)
-	epoch := k.ps.epoch.Load()
-	a := A(k.paramsOf(&h, key, k.ps.p.Load()))
-	if int64(n) > a.max() {
+	var pl slPlan
+	for {
+		h, _ := k.st.Take(key, now, n > 0)
+		epoch := k.ps.epoch.Load()
+		a := A(k.paramsOf(&h, key, k.ps.p.Load()))
+		if int64(n) > a.max() {
+			h.Release()
+			return Decision{}, booked{}, false, ErrExceedsLimit
+		}
+		d, b, ok, size := slAdmit(&pl, a, h.State(), now, int64(n), maxWait)
 		h.Release()
-		return Decision{}, booked{}, false, ErrExceedsLimit
+		if size > 0 {
+			pl.alloc(size)
+			continue
+		}
+		b.epoch = epoch
+		return d, b, ok, nil
 	}
-	d, b, ok := decide(a, h.State(), now, int64(n), maxWait)
-	h.Release()
-	b.epoch = epoch
-	return d, b, ok, nil
 }
 
 // unbook gives back n events booked as b, as of at, if neither a change of

@@ -174,14 +174,25 @@ func settleNothing(time.Time, int) (Decision, error) { return Decision{}, ErrSet
 // the buckets exactly what it would have cost had the key been kept (they
 // charge a refilled bucket from now), on the windows no less.
 func (k *keyed[S, P, A]) settle(key string, n, actual int, bk booked, now int64) Decision {
-	h, fresh := k.st.Take(key, now, actual > n)
-	a := A(k.paramsOf(&h, key, k.ps.p.Load()))
-	s := h.State()
-	same := !fresh && bk.epoch&1 == 0 && k.ps.epoch.Load() == bk.epoch && a.keyGen(s) == bk.kgen
-	a.settle(s, int64(n), int64(actual), bk, now, same)
-	a.admit(s, now, 0, 0) // a peek: brings the state to p's parameters, books nothing
-	d := a.describe(s, now, booked{act: now}, true)
-	h.Release()
+	var pl slPlan // a sliding log's ring, allocated with the key let go
+	created := false
+	var d Decision
+	for {
+		h, fresh := k.st.Take(key, now, actual > n)
+		created = created || fresh // set up by a try before: not the booking's key
+		a := A(k.paramsOf(&h, key, k.ps.p.Load()))
+		s := h.State()
+		same := !created && bk.epoch&1 == 0 && k.ps.epoch.Load() == bk.epoch && a.keyGen(s) == bk.kgen
+		if size := slSettle(&pl, a, s, int64(n), int64(actual), bk, now, same); size > 0 {
+			h.Release()
+			pl.alloc(size)
+			continue
+		}
+		a.admit(s, now, 0, 0) // a peek: brings the state to p's parameters, books nothing
+		d = a.describe(s, now, booked{act: now}, true)
+		h.Release()
+		break
+	}
 	k.reportOperator(EventSettle, key, actual, d.Remaining)
 	return d
 }

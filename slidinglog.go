@@ -29,8 +29,12 @@ const maxLogLimit = 1 << 20
 // instants, 8 bytes each, that doubles as events arrive (from 4, up to L)
 // and halves once at most a quarter of it is in use, plus a 48-byte
 // header: a key holding k instants holds at most about 16·max(k, 4) bytes
-// of ring. Resizing allocates (amortised O(1) per event); a key whose
-// number of events in the window is steady allocates nothing. L may be at
+// of ring. Resizing allocates (amortised O(1) per event), never with the
+// key's slot lock held: a step that needs a new ring lets the key go,
+// allocates it and decides afresh, so the decision is the one it would
+// have been; a shrink that finds the key changed meanwhile waits for a
+// later step. A key whose number of events in the window is steady
+// allocates nothing. L may be at
 // most 1,048,576 (8 MiB per key at most); for large limits
 // SlidingWindowCounter needs O(1) memory. A clock that moves
 // backwards never frees capacity: before the newest logged instant, or
@@ -125,14 +129,24 @@ func (sl *SlidingLog) Allow(key string) bool {
 		return sl.k.allowObserved(key)
 	}
 	now := sl.k.nc.now()
-	h, _ := sl.k.st.Take(key, now, true)
-	p := sl.k.ps.p.Load()
-	if h.Flagged() { // an override: the key's own parameters
-		p = sl.k.overrideOf(key, p)
+	var pl slPlan
+	for {
+		h, _ := sl.k.st.Take(key, now, true)
+		p := sl.k.ps.p.Load()
+		if h.Flagged() { // an override: the key's own parameters
+			p = sl.k.overrideOf(key, p)
+		}
+		s := h.State()
+		ring, size := pl.ready(s, p.admitNeed(s, now, 1, 0), int32(p.limit))
+		if size > 0 { // a ring to allocate, outside the lock
+			h.Release()
+			pl.alloc(size)
+			continue
+		}
+		_, ok := p.admitRing(s, now, 1, 0, ring)
+		h.Release()
+		return ok
 	}
-	_, ok := p.admit(h.State(), now, 1, 0)
-	h.Release()
-	return ok
 }
 
 func (p *slParams) init(s *slState, now int64) { *s = slState{floor: now} }
@@ -170,25 +184,43 @@ func (s *slState) from(now int64) int64 {
 // minRing is the smallest ring a log that holds an instant has.
 const minRing = 4
 
-// fit makes the ring hold at least need instants, need <= max(limit, s.n):
-// it doubles as events arrive (to at most the larger of limit and need),
-// and once at most a quarter of it is in use it halves, or more, to twice
-// what is held (at least minRing), so a log's memory follows the instants
-// it holds, O(held), not its limit, and resizing is amortised O(1) per
-// event.
-func (s *slState) fit(need, limit int32) {
+// fitSize is the ring size a log that must hold need instants,
+// need <= max(limit, s.n), switches to; 0 if it keeps its ring. The ring
+// doubles as events arrive (to at most the larger of limit and need), and
+// once at most a quarter of it is in use it halves, or more, to twice what
+// is held (at least minRing), so a log's memory follows the instants it
+// holds, O(held), not its limit, and resizing is amortised O(1) per event.
+func (s *slState) fitSize(need, limit int32) int32 {
 	switch size := int32(len(s.ring)); {
 	case size < need:
-		s.grow(int(min(max(need, 2*size, minRing), max(limit, need))))
+		return min(max(need, 2*size, minRing), max(limit, need))
 	case size > minRing && 4*need <= size:
-		s.grow(int(max(2*need, minRing)))
+		return max(2*need, minRing)
+	}
+	return 0
+}
+
+// fit makes the ring hold at least need instants, resizing it as
+// fitSize says, into ring, the one the caller allocated before it took the
+// key (see slPlan), so that no ring is allocated with a slot lock held
+// (keystore rule 2). Without a ring it leaves the ring as it is if it has
+// room (a shrink skipped, for a later step), and else allocates one here:
+// only a step run without a plan does, as the tests run admit and insert
+// directly, and slLockedAllocs counts those allocations.
+func (s *slState) fit(need, limit int32, ring []int64) {
+	want := s.fitSize(need, limit)
+	switch {
+	case want == 0:
+	case int32(len(ring)) >= max(need, s.n):
+		s.grow(ring)
+	case int32(len(s.ring)) < need:
+		slLockedAllocs.Add(1)
+		s.grow(make([]int64, want))
 	}
 }
 
-// grow gives the log a ring of size instants, size >= s.n, keeping what
-// it holds.
-func (s *slState) grow(size int) {
-	ring := make([]int64, size)
+// grow moves the log into ring, len(ring) >= s.n, keeping what it holds.
+func (s *slState) grow(ring []int64) {
 	for i := range s.n {
 		ring[i] = s.at(i)
 	}
@@ -245,6 +277,12 @@ func (s *slState) after(t int64) int32 {
 // instants in the window before it; they are logged at that instant. A
 // peek (n == 0) conforms at now and changes nothing.
 func (p *slParams) admit(s *slState, now, n, maxWait int64) (b booked, ok bool) {
+	return p.admitRing(s, now, n, maxWait, nil)
+}
+
+// admitRing is admit, resizing the log into ring if it must be resized
+// (see fit).
+func (p *slParams) admitRing(s *slState, now, n, maxWait int64, ring []int64) (b booked, ok bool) {
 	if n == 0 {
 		return booked{act: now}, true
 	}
@@ -259,7 +297,7 @@ func (p *slParams) admit(s *slState, now, n, maxWait int64) (b booked, ok bool) 
 	if over := int64(s.n) + n - p.limit; over > 0 {
 		p.drop(s, int32(over))
 	}
-	s.fit(s.n+int32(n), int32(p.limit))
+	s.fit(s.n+int32(n), int32(p.limit), ring)
 	s.push(act, int32(n))
 	return booked{act: act}, true
 }
@@ -371,20 +409,30 @@ func (s *slState) remove(act, n int64) (moved int32) {
 // instants have left the window by the time it is settled is paid already.
 // The work is O(L), as a Cancel's.
 func (p *slParams) settle(s *slState, n, actual int64, b booked, now int64, same bool) {
+	p.settleRing(s, n, actual, b, same, nil)
+}
+
+// settleRing is settle, resizing the log into ring if it must be resized
+// (see fit).
+func (p *slParams) settleRing(s *slState, n, actual int64, b booked, same bool, ring []int64) {
 	switch {
 	case actual < n:
 		if same {
 			s.remove(b.act, n-actual)
 		}
 	case actual > n:
-		p.insert(s, b.act, actual-n)
+		p.insertRing(s, b.act, actual-n, ring)
 	}
 }
 
 // insert logs e instants at t among those logged, keeping the newest L:
 // the oldest of the merged log are dropped, and copies of t beyond L are
 // dropped at once, each raising the floor as drop does.
-func (p *slParams) insert(s *slState, t, e int64) {
+func (p *slParams) insert(s *slState, t, e int64) { p.insertRing(s, t, e, nil) }
+
+// insertRing is insert, resizing the log into ring if it must be resized
+// (see fit).
+func (p *slParams) insertRing(s *slState, t, e int64, ring []int64) {
 	m := int32(min(e, p.limit))
 	if e > p.limit {
 		s.floor = max(s.floor, t+p.window)
@@ -401,7 +449,7 @@ func (p *slParams) insert(s *slState, t, e int64) {
 			s.floor = max(s.floor, t+p.window)
 		}
 	}
-	s.fit(s.n+m, int32(p.limit))
+	s.fit(s.n+m, int32(p.limit), ring)
 	size := int32(len(s.ring))
 	idx := func(k int32) int32 {
 		if j := s.head + k; j < size {

@@ -19,11 +19,10 @@
 //     blocking, no I/O, no user code, and no allocation, which would
 //     leave other calls on the key, and a table being rebuilt, waiting
 //     on the allocator. init and atRest run under the same lock and obey
-//     the same rule. One caller breaks the last part today: the sliding
-//     log resizes a key's ring under it, doubling it as events arrive (up
-//     to L instants) and halving it once at most a quarter is in use, so
-//     that its memory follows the events it holds: amortised O(1)
-//     allocations per event, none while a key's events are steady.
+//     the same rule. A caller whose step needs memory (the sliding log's
+//     ring, resized as a key's events come and go) asks with the key held
+//     what it needs, releases the key, allocates, and takes the key again
+//     to decide afresh.
 //  3. A key already held costs a hash, a probe and one compare-and-swap:
 //     no shared lock, no allocation. Readers probe the shard's current
 //     table with atomic loads and take the lock bit in the key's slot
