@@ -59,10 +59,13 @@ func groupingOf(c Client) grouping {
 	return groupTag
 }
 
-// result is what a queued decision gets back.
+// result is what a queued decision gets back: its answer, or (lead not
+// nil) a batch to send, its own decision among them, before its answer
+// comes.
 type result struct {
-	v   any
-	err error
+	v    any
+	err  error
+	lead *batchBuf
 }
 
 // pending is one queued decision: its context (for its deadline), its
@@ -78,7 +81,17 @@ type pending struct {
 	tag  string // the hash tag of its keys (grouping groupTag)
 	slot uint16 // its Cluster slot (grouping groupSlot)
 	ch   chan result
+	// state: waiting, abandoned (its caller gave up, so it will not
+	// lead a batch) or leading (handed its batch to send): set once
+	// from waiting, by compare-and-swap, by the caller or the hand-off.
+	state atomic.Uint32
 }
+
+const (
+	waiting uint32 = iota
+	abandoned
+	leading
+)
 
 var pendingPool = sync.Pool{New: func() any { return &pending{ch: make(chan result, 1)} }}
 
@@ -140,19 +153,28 @@ func (b *batcher) do(ctx context.Context, keys []string, args []any) (any, error
 	p := b.pending(ctx, keys, args)
 	b.queue = append(b.queue, p)
 	b.mu.Unlock()
+	var r result
 	select {
-	case r := <-p.ch:
-		p.release()
-		return r.v, r.err
+	case r = <-p.ch:
 	case <-ctx.Done():
 		select {
-		case r := <-p.ch:
-			p.release()
-			return r.v, r.err
+		case r = <-p.ch:
 		default:
-			return nil, ctx.Err() // p is abandoned: the batch may still send to it
+			if p.state.CompareAndSwap(waiting, abandoned) {
+				return nil, ctx.Err() // the batch may still send to p
+			}
+			r = <-p.ch // p was made a batch's leader: its batch comes at once
 		}
 	}
+	if r.lead != nil {
+		// This caller sends the batch (its own decision in it) on its
+		// own goroutine, whatever its context: a batch's call has its
+		// own timeout, and its other callers wait for it.
+		b.flush(r.lead)
+		r = <-p.ch
+	}
+	p.release()
+	return r.v, r.err
 }
 
 // alone runs one call as a batch of one through the batch script (tests:
@@ -199,6 +221,7 @@ func (b *batcher) pending(ctx context.Context, keys []string, args []any) *pendi
 
 func (p *pending) release() {
 	p.ctx = nil
+	p.state.Store(waiting)
 	clear(p.args)
 	clear(p.keys)
 	pendingPool.Put(p)
@@ -215,9 +238,22 @@ func (b *batcher) done() {
 			break
 		}
 		b.inflight++
-		go b.flush(buf)
+		b.mu.Unlock()
+		b.hand(buf)
+		b.mu.Lock()
 	}
 	b.mu.Unlock()
+}
+
+// hand starts buf's batch (a call in flight counted for it): its first
+// caller sends it, on its own goroutine, woken with it instead of an
+// answer; a goroutine of its own if that caller has given up.
+func (b *batcher) hand(buf *batchBuf) {
+	if p := buf.ps[0]; p.state.CompareAndSwap(waiting, leading) {
+		p.ch <- result{lead: buf}
+		return
+	}
+	go b.flush(buf)
 }
 
 // take moves the front of the queue (b.mu held) into a batch, within the
@@ -246,24 +282,23 @@ func (b *batcher) take() *batchBuf {
 	return buf
 }
 
-// flush sends batches until the queue is empty, then ends its call in
-// flight.
+// flush sends buf's batch, then hands the next batch of the queue on in
+// its call in flight, or ends that call if nothing queues.
 func (b *batcher) flush(buf *batchBuf) {
-	for buf != nil {
-		b.send(buf)
-		b.recycle(buf)
-		b.mu.Lock()
-		buf = nil
-		if len(b.queue) > 0 {
-			buf = b.take()
-		}
-		if buf == nil {
-			b.inflight--
-			b.mu.Unlock()
-			return
-		}
-		b.mu.Unlock()
+	b.send(buf)
+	b.recycle(buf)
+	b.mu.Lock()
+	buf = nil
+	if len(b.queue) > 0 {
+		buf = b.take()
 	}
+	if buf == nil {
+		b.inflight--
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	b.hand(buf)
 }
 
 func (b *batcher) recycle(buf *batchBuf) {
@@ -291,7 +326,7 @@ func (b *batcher) send(buf *batchBuf) {
 	if len(buf.ps) == 1 && !b.c.cfg.batchAlways {
 		p := buf.ps[0]
 		v, err := b.c.run(ctx, p.keys, p.args)
-		p.ch <- result{v, err}
+		p.ch <- result{v: v, err: err}
 		return
 	}
 	b.multi.Add(int64(len(buf.ps)))
@@ -371,14 +406,14 @@ func (b *batcher) answer(ps []*pending, v any, err error) {
 	}
 	for i, p := range ps {
 		if err != nil {
-			p.ch <- result{nil, err}
+			p.ch <- result{err: err}
 			continue
 		}
 		if e, ok := vs[i].(error); ok {
-			p.ch <- result{nil, e}
+			p.ch <- result{err: e}
 			continue
 		}
-		p.ch <- result{vs[i], nil}
+		p.ch <- result{v: vs[i]}
 	}
 }
 
@@ -444,7 +479,7 @@ func (l *caller) runBounded(ctx context.Context, keys []string, args []any) (any
 	ch := make(chan result, 1)
 	go func() {
 		v, err := l.run(ctx, keys, args)
-		ch <- result{v, err}
+		ch <- result{v: v, err: err}
 	}()
 	select {
 	case r := <-ch:
