@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -74,13 +75,14 @@ type result struct {
 // the batch's last access being the send. One whose caller gave up is
 // left to the garbage collector.
 type pending struct {
-	ctx  context.Context
-	keys []string
-	args []any
-	size int
-	tag  string // the hash tag of its keys (grouping groupTag)
-	slot uint16 // its Cluster slot (grouping groupSlot)
-	ch   chan result
+	ctx      context.Context // the caller's, without the call timeout
+	deadline int64           // Unix ns: the call timeout's end
+	keys     []string
+	args     []any
+	size     int
+	tag      string // the hash tag of its keys (grouping groupTag)
+	slot     uint16 // its Cluster slot (grouping groupSlot)
+	ch       chan result
 	// state: waiting, abandoned (its caller gave up, so it will not
 	// lead a batch) or leading (handed its batch to send): set once
 	// from waiting, by compare-and-swap, by the caller or the hand-off.
@@ -134,15 +136,25 @@ func newBatcher(c caller, s script) *batcher {
 		script: goredis.NewScript(s.batchSource())}
 }
 
-// do runs the call of keys and args (ctx already bounded by the call
-// timeout): at once if fewer than depth calls are in flight and nobody
-// queues, else in the next batch. It answers exactly once, by the time
-// ctx ends at the latest.
+// timerPool holds stopped timers for queued decisions: a queued decision
+// waits on one instead of a context of its own.
+var timerPool = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
+
+// do runs the call of keys and args within ctx and the call timeout: at
+// once if fewer than depth calls are in flight and nobody queues, else in
+// the next batch. It answers exactly once, by the time the call timeout
+// (counted from now) or ctx ends at the latest.
 func (b *batcher) do(ctx context.Context, keys []string, args []any) (any, error) {
 	b.mu.Lock()
 	if b.inflight < b.c.cfg.depth && len(b.queue) == 0 {
 		b.inflight++
 		b.mu.Unlock()
+		ctx, cancel := context.WithTimeout(ctx, b.c.cfg.timeout)
+		defer cancel()
 		if b.c.cfg.batchAlways {
 			return b.alone(ctx, keys, args)
 		}
@@ -151,20 +163,24 @@ func (b *batcher) do(ctx context.Context, keys []string, args []any) (any, error
 		return v, err
 	}
 	p := b.pending(ctx, keys, args)
+	p.deadline = time.Now().UnixNano() + int64(b.c.cfg.timeout)
 	b.queue = append(b.queue, p)
 	b.mu.Unlock()
+	t := timerPool.Get().(*time.Timer)
+	t.Reset(b.c.cfg.timeout)
 	var r result
+	var gone error
 	select {
 	case r = <-p.ch:
 	case <-ctx.Done():
-		select {
-		case r = <-p.ch:
-		default:
-			if p.state.CompareAndSwap(waiting, abandoned) {
-				return nil, ctx.Err() // the batch may still send to p
-			}
-			r = <-p.ch // p was made a batch's leader: its batch comes at once
-		}
+		r, gone = giveUp(p, ctx.Err())
+	case <-t.C:
+		r, gone = giveUp(p, context.DeadlineExceeded)
+	}
+	t.Stop() // from Go 1.23 on, no stale tick is left in t.C
+	timerPool.Put(t)
+	if gone != nil {
+		return nil, gone
 	}
 	if r.lead != nil {
 		// This caller sends the batch (its own decision in it) on its
@@ -175,6 +191,22 @@ func (b *batcher) do(ctx context.Context, keys []string, args []any) (any, error
 	}
 	p.release()
 	return r.v, r.err
+}
+
+// giveUp is what a queued caller whose time ran out (err) gets: its
+// answer if it has come, or the batch it was just made the leader of,
+// else err (the batch may still send to p, which is then left to the
+// garbage collector).
+func giveUp(p *pending, err error) (result, error) {
+	select {
+	case r := <-p.ch:
+		return r, nil
+	default:
+	}
+	if p.state.CompareAndSwap(waiting, abandoned) {
+		return result{}, err
+	}
+	return <-p.ch, nil // p was made a batch's leader: its batch comes at once
 }
 
 // alone runs one call as a batch of one through the batch script (tests:
@@ -261,9 +293,10 @@ func (b *batcher) hand(buf *batchBuf) {
 func (b *batcher) take() *batchBuf {
 	buf := batchPool.Get().(*batchBuf)
 	bytes, i := 0, 0
+	now := time.Now().UnixNano()
 	for ; i < len(b.queue); i++ {
 		p := b.queue[i]
-		if p.ctx.Err() != nil {
+		if now >= p.deadline || p.ctx.Err() != nil {
 			continue // its caller has gone: not sent, so not booked
 		}
 		if len(buf.ps) == b.c.cfg.maxBatch || (len(buf.ps) > 0 && bytes+p.size > b.c.cfg.maxBytes) {
