@@ -23,7 +23,7 @@ import (
 const (
 	defaultMaxBatch = 128
 	defaultMaxBytes = 64 << 10
-	defaultDepth    = 4
+	defaultDepth    = 2
 )
 
 // WithCoalescing turns coalescing on (the default) or off. Off, every
@@ -34,7 +34,7 @@ func WithCoalescing(on bool) Option { return func(c *config) { c.coalesce = on }
 // decisions (default 128) and about maxBytes bytes of keys and arguments
 // (default 64 KiB; a decision larger than that goes in a batch of its
 // own), and at most depth calls of the limiter are in flight at once
-// (default 4), single decisions and batches alike. Each must be at least
+// (default 2), single decisions and batches alike. Each must be at least
 // 1, or the constructor fails with an error matching
 // ratelimit.ErrInvalidOption.
 func WithCoalescingLimits(maxBatch, maxBytes, depth int) Option {
