@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -22,7 +23,7 @@ import (
 const (
 	defaultMaxBatch = 128
 	defaultMaxBytes = 64 << 10
-	defaultDepth    = 4
+	defaultDepth    = 2
 )
 
 // WithCoalescing turns coalescing on (the default) or off. Off, every
@@ -33,7 +34,7 @@ func WithCoalescing(on bool) Option { return func(c *config) { c.coalesce = on }
 // decisions (default 128) and about maxBytes bytes of keys and arguments
 // (default 64 KiB; a decision larger than that goes in a batch of its
 // own), and at most depth calls of the limiter are in flight at once
-// (default 4), single decisions and batches alike. Each must be at least
+// (default 2), single decisions and batches alike. Each must be at least
 // 1, or the constructor fails with an error matching
 // ratelimit.ErrInvalidOption.
 func WithCoalescingLimits(maxBatch, maxBytes, depth int) Option {
@@ -59,10 +60,13 @@ func groupingOf(c Client) grouping {
 	return groupTag
 }
 
-// result is what a queued decision gets back.
+// result is what a queued decision gets back: its answer, or (lead not
+// nil) a batch to send, its own decision among them, before its answer
+// comes.
 type result struct {
-	v   any
-	err error
+	v    any
+	err  error
+	lead *batchBuf
 }
 
 // pending is one queued decision: its context (for its deadline), its
@@ -71,14 +75,25 @@ type result struct {
 // the batch's last access being the send. One whose caller gave up is
 // left to the garbage collector.
 type pending struct {
-	ctx  context.Context
-	keys []string
-	args []any
-	size int
-	tag  string // the hash tag of its keys (grouping groupTag)
-	slot uint16 // its Cluster slot (grouping groupSlot)
-	ch   chan result
+	ctx      context.Context // the caller's, without the call timeout
+	deadline int64           // Unix ns: the call timeout's end
+	keys     []string
+	args     []any
+	size     int
+	tag      string // the hash tag of its keys (grouping groupTag)
+	slot     uint16 // its Cluster slot (grouping groupSlot)
+	ch       chan result
+	// state: waiting, abandoned (its caller gave up, so it will not
+	// lead a batch) or leading (handed its batch to send): set once
+	// from waiting, by compare-and-swap, by the caller or the hand-off.
+	state atomic.Uint32
 }
+
+const (
+	waiting uint32 = iota
+	abandoned
+	leading
+)
 
 var pendingPool = sync.Pool{New: func() any { return &pending{ch: make(chan result, 1)} }}
 
@@ -121,15 +136,25 @@ func newBatcher(c caller, s script) *batcher {
 		script: goredis.NewScript(s.batchSource())}
 }
 
-// do runs the call of keys and args (ctx already bounded by the call
-// timeout): at once if fewer than depth calls are in flight and nobody
-// queues, else in the next batch. It answers exactly once, by the time
-// ctx ends at the latest.
+// timerPool holds stopped timers for queued decisions: a queued decision
+// waits on one instead of a context of its own.
+var timerPool = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
+
+// do runs the call of keys and args within ctx and the call timeout: at
+// once if fewer than depth calls are in flight and nobody queues, else in
+// the next batch. It answers exactly once, by the time the call timeout
+// (counted from now) or ctx ends at the latest.
 func (b *batcher) do(ctx context.Context, keys []string, args []any) (any, error) {
 	b.mu.Lock()
 	if b.inflight < b.c.cfg.depth && len(b.queue) == 0 {
 		b.inflight++
 		b.mu.Unlock()
+		ctx, cancel := context.WithTimeout(ctx, b.c.cfg.timeout)
+		defer cancel()
 		if b.c.cfg.batchAlways {
 			return b.alone(ctx, keys, args)
 		}
@@ -138,21 +163,50 @@ func (b *batcher) do(ctx context.Context, keys []string, args []any) (any, error
 		return v, err
 	}
 	p := b.pending(ctx, keys, args)
+	p.deadline = time.Now().UnixNano() + int64(b.c.cfg.timeout)
 	b.queue = append(b.queue, p)
 	b.mu.Unlock()
+	t := timerPool.Get().(*time.Timer)
+	t.Reset(b.c.cfg.timeout)
+	var r result
+	var gone error
+	select {
+	case r = <-p.ch:
+	case <-ctx.Done():
+		r, gone = giveUp(p, ctx.Err())
+	case <-t.C:
+		r, gone = giveUp(p, context.DeadlineExceeded)
+	}
+	t.Stop() // from Go 1.23 on, no stale tick is left in t.C
+	timerPool.Put(t)
+	if gone != nil {
+		return nil, gone
+	}
+	if r.lead != nil {
+		// This caller sends the batch (its own decision in it) on its
+		// own goroutine, whatever its context: a batch's call has its
+		// own timeout, and its other callers wait for it.
+		b.flush(r.lead)
+		r = <-p.ch
+	}
+	p.release()
+	return r.v, r.err
+}
+
+// giveUp is what a queued caller whose time ran out (err) gets: its
+// answer if it has come, or the batch it was just made the leader of,
+// else err (the batch may still send to p, which is then left to the
+// garbage collector).
+func giveUp(p *pending, err error) (result, error) {
 	select {
 	case r := <-p.ch:
-		p.release()
-		return r.v, r.err
-	case <-ctx.Done():
-		select {
-		case r := <-p.ch:
-			p.release()
-			return r.v, r.err
-		default:
-			return nil, ctx.Err() // p is abandoned: the batch may still send to it
-		}
+		return r, nil
+	default:
 	}
+	if p.state.CompareAndSwap(waiting, abandoned) {
+		return result{}, err
+	}
+	return <-p.ch, nil // p was made a batch's leader: its batch comes at once
 }
 
 // alone runs one call as a batch of one through the batch script (tests:
@@ -199,6 +253,7 @@ func (b *batcher) pending(ctx context.Context, keys []string, args []any) *pendi
 
 func (p *pending) release() {
 	p.ctx = nil
+	p.state.Store(waiting)
 	clear(p.args)
 	clear(p.keys)
 	pendingPool.Put(p)
@@ -215,9 +270,22 @@ func (b *batcher) done() {
 			break
 		}
 		b.inflight++
-		go b.flush(buf)
+		b.mu.Unlock()
+		b.hand(buf)
+		b.mu.Lock()
 	}
 	b.mu.Unlock()
+}
+
+// hand starts buf's batch (a call in flight counted for it): its first
+// caller sends it, on its own goroutine, woken with it instead of an
+// answer; a goroutine of its own if that caller has given up.
+func (b *batcher) hand(buf *batchBuf) {
+	if p := buf.ps[0]; p.state.CompareAndSwap(waiting, leading) {
+		p.ch <- result{lead: buf}
+		return
+	}
+	go b.flush(buf)
 }
 
 // take moves the front of the queue (b.mu held) into a batch, within the
@@ -225,9 +293,10 @@ func (b *batcher) done() {
 func (b *batcher) take() *batchBuf {
 	buf := batchPool.Get().(*batchBuf)
 	bytes, i := 0, 0
+	now := time.Now().UnixNano()
 	for ; i < len(b.queue); i++ {
 		p := b.queue[i]
-		if p.ctx.Err() != nil {
+		if now >= p.deadline || p.ctx.Err() != nil {
 			continue // its caller has gone: not sent, so not booked
 		}
 		if len(buf.ps) == b.c.cfg.maxBatch || (len(buf.ps) > 0 && bytes+p.size > b.c.cfg.maxBytes) {
@@ -246,24 +315,23 @@ func (b *batcher) take() *batchBuf {
 	return buf
 }
 
-// flush sends batches until the queue is empty, then ends its call in
-// flight.
+// flush sends buf's batch, then hands the next batch of the queue on in
+// its call in flight, or ends that call if nothing queues.
 func (b *batcher) flush(buf *batchBuf) {
-	for buf != nil {
-		b.send(buf)
-		b.recycle(buf)
-		b.mu.Lock()
-		buf = nil
-		if len(b.queue) > 0 {
-			buf = b.take()
-		}
-		if buf == nil {
-			b.inflight--
-			b.mu.Unlock()
-			return
-		}
-		b.mu.Unlock()
+	b.send(buf)
+	b.recycle(buf)
+	b.mu.Lock()
+	buf = nil
+	if len(b.queue) > 0 {
+		buf = b.take()
 	}
+	if buf == nil {
+		b.inflight--
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	b.hand(buf)
 }
 
 func (b *batcher) recycle(buf *batchBuf) {
@@ -291,7 +359,7 @@ func (b *batcher) send(buf *batchBuf) {
 	if len(buf.ps) == 1 && !b.c.cfg.batchAlways {
 		p := buf.ps[0]
 		v, err := b.c.run(ctx, p.keys, p.args)
-		p.ch <- result{v, err}
+		p.ch <- result{v: v, err: err}
 		return
 	}
 	b.multi.Add(int64(len(buf.ps)))
@@ -371,14 +439,14 @@ func (b *batcher) answer(ps []*pending, v any, err error) {
 	}
 	for i, p := range ps {
 		if err != nil {
-			p.ch <- result{nil, err}
+			p.ch <- result{err: err}
 			continue
 		}
 		if e, ok := vs[i].(error); ok {
-			p.ch <- result{nil, e}
+			p.ch <- result{err: e}
 			continue
 		}
-		p.ch <- result{vs[i], nil}
+		p.ch <- result{v: vs[i]}
 	}
 }
 
@@ -444,7 +512,7 @@ func (l *caller) runBounded(ctx context.Context, keys []string, args []any) (any
 	ch := make(chan result, 1)
 	go func() {
 		v, err := l.run(ctx, keys, args)
-		ch <- result{v, err}
+		ch <- result{v: v, err: err}
 	}()
 	select {
 	case r := <-ch:

@@ -830,8 +830,6 @@ func (l *limiter) unstep(p *setting, key string, n int, token string, at time.Ti
 // completes or fails in the background, bounded by the client's own
 // timeouts. A call that timed out may still have been applied by Redis.
 func (l *caller) eval(ctx context.Context, key string, args []any) (any, error) {
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
-	defer cancel()
 	var keys []string
 	if len(l.suffix) == 1 {
 		keys = []string{redisKey(l.cfg.prefix, key, l.suffix[0])}
@@ -842,8 +840,10 @@ func (l *caller) eval(ctx context.Context, key string, args []any) (any, error) 
 		}
 	}
 	if l.batch != nil && args[0] != "x" {
-		return l.batch.do(ctx, keys, args)
+		return l.batch.do(ctx, keys, args) // bounds it by the call timeout
 	}
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
+	defer cancel()
 	return l.runBounded(ctx, keys, args)
 }
 

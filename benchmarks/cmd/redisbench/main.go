@@ -35,6 +35,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,6 +55,7 @@ var (
 	calls  = flag.Int("calls", 2000, "serial iterations per round (each calls every implementation once)")
 	block  = flag.Duration("block", 250*time.Millisecond, "parallel time per implementation per round, at each parallelism")
 	cuts   = flag.Int("slices", 10, "blocks the parallel time is cut into, alternated between implementations")
+	cpuout = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 )
 
 type impl struct {
@@ -65,6 +67,16 @@ type impl struct {
 
 func main() {
 	flag.Parse()
+	if *cpuout != "" {
+		f, err := os.Create(*cpuout)
+		if err != nil {
+			fatal("%v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fatal("%v", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	addr, stop := redisAddr()
 	stopRedis = stop
 	defer stop()
