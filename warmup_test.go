@@ -1,0 +1,256 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"math/big"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+var wbEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newWB(t *testing.T, rate Rate, c int, w WarmUp) (*WarmingBucket, *ManualClock) {
+	t.Helper()
+	clk := NewManualClock(wbEpoch)
+	wb, err := NewWarmingBucket(rate, c, w, WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wb, clk
+}
+
+// wbHammer asks Allow every step for d and returns how many were allowed.
+func wbHammer(wb *WarmingBucket, clk *ManualClock, key string, d, step time.Duration) int {
+	n := 0
+	for e := time.Duration(0); e < d; e += step {
+		if wb.Allow(key) {
+			n++
+		}
+		clk.Advance(step)
+	}
+	return n
+}
+
+// TestWarmingTimeline pins the curve of docs/protections.md: 10/s,
+// capacity 4, warm-up 10s, cold factor 3, asked every millisecond.
+func TestWarmingTimeline(t *testing.T) {
+	wb, clk := newWB(t, PerSecond(10), 4, WarmUp{Period: 10 * time.Second})
+	// Cold burst: 1 + ⌊(C−1)/k⌋ = 2 at once.
+	if !wb.Allow("") || !wb.Allow("") || wb.Allow("") {
+		t.Fatal("cold burst is not 2")
+	}
+	wb.Reset("")
+	want := []int{5, 4, 5, 6, 6, 7, 8, 8, 9, 10, 10, 10, 10} // per second, from idle
+	for i, w := range want {
+		if got := wbHammer(wb, clk, "", time.Second, time.Millisecond); got != w {
+			t.Errorf("second %d: %d allowed, want %d", i, got, w)
+		}
+	}
+	// Idle for IdleAfter (10s) after the bucket refilled: cold again.
+	clk.Advance(11 * time.Second)
+	if got := wbHammer(wb, clk, "", time.Second, time.Millisecond); got != want[0] {
+		t.Errorf("after idle: %d allowed in the first second, want %d", got, want[0])
+	}
+}
+
+// TestWarmingTrickleWarms: a steady trickle below the full rate (gaps
+// shorter than IdleAfter) does not keep the bucket cold: the ramp ends
+// after the warm-up period, and the full rate is then available at once.
+func TestWarmingTrickleWarms(t *testing.T) {
+	wb, clk := newWB(t, PerSecond(10), 1, WarmUp{Period: 10 * time.Second, IdleAfter: time.Second})
+	for range 150 { // 30 s at 5/s
+		wb.Allow("k")
+		clk.Advance(200 * time.Millisecond)
+	}
+	if got := wbHammer(wb, clk, "k", time.Second, time.Millisecond); got != 10 {
+		t.Fatalf("after a 30s trickle: %d allowed in a second, want the full rate 10", got)
+	}
+}
+
+// TestWarmingNotTooFastAfterIdle: after idle, the first second gets the
+// ramp's start, not the full rate, and never more than the bound.
+func TestWarmingNotTooFastAfterIdle(t *testing.T) {
+	wb, clk := newWB(t, PerSecond(10), 1, WarmUp{Period: 10 * time.Second, IdleAfter: time.Second})
+	wbHammer(wb, clk, "k", 20*time.Second, time.Millisecond) // warm
+	clk.Advance(2 * time.Second)                            // idle
+	// d(x) = ⌈300ms·10s/(10s+2x)⌉: at most 1 + ⌊1s/d(1s)⌋ = 1 + ⌊1000/250⌋.
+	if got := wbHammer(wb, clk, "k", time.Second, time.Millisecond); got > 5 || got < 3 {
+		t.Fatalf("first second after idle: %d allowed, want 3..5", got)
+	}
+}
+
+func TestWarmingErrors(t *testing.T) {
+	for _, w := range []WarmUp{{}, {Period: -1}, {Period: time.Second, ColdFactor: -1}, {Period: time.Second, ColdFactor: 1001},
+		{Period: time.Second, IdleAfter: -1}, {Period: 1 << 62}} {
+		if _, err := NewWarmingBucket(PerSecond(1), 1, w); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("%+v: err %v, want ErrInvalidOption", w, err)
+		}
+	}
+	if _, err := NewWarmingBucket(Rate{}, 1, WarmUp{Period: time.Second}); !errors.Is(err, ErrInvalidRate) {
+		t.Errorf("zero rate: %v", err)
+	}
+	if _, err := NewWarmingBucket(PerSecond(1), 0, WarmUp{Period: time.Second}); !errors.Is(err, ErrInvalidCapacity) {
+		t.Errorf("zero capacity: %v", err)
+	}
+	if _, err := NewWarmingBucket(Every(time.Hour*24*365*20), 1, WarmUp{Period: time.Second}); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("cold span too long: %v", err)
+	}
+}
+
+func TestWarmingCancelLatest(t *testing.T) {
+	wb, clk := newWB(t, PerSecond(10), 1, WarmUp{Period: 10 * time.Second})
+	ctx := context.Background()
+	if !wb.Allow("k") {
+		t.Fatal("first refused")
+	}
+	r, _ := wb.Reserve(ctx, "k", 1)
+	if !r.OK() || r.Delay() != 300*time.Millisecond {
+		t.Fatalf("booking: ok %v delay %v, want 300ms", r.OK(), r.Delay())
+	}
+	r.Cancel()
+	clk.Advance(300 * time.Millisecond)
+	if !wb.Allow("k") {
+		t.Fatal("cancelled booking not given back")
+	}
+}
+
+func TestWarmingAllowNoAlloc(t *testing.T) {
+	wb, clk := newWB(t, PerSecond(1000), 10, WarmUp{Period: time.Second})
+	wb.Allow("key")
+	if a := testing.AllocsPerRun(1000, func() {
+		wb.Allow("key")
+		clk.Advance(time.Microsecond)
+	}); a != 0 {
+		t.Fatalf("Allow allocates %v", a)
+	}
+}
+
+// wbOracle is the rule of WarmingBucket in exact rationals, for one key.
+type wbOracle struct {
+	i, slack        *big.Rat // I and (C−1)·I
+	cold            int64
+	k, w, idle, cap int64
+	tat             *big.Rat
+	ramp            int64
+}
+
+func newWBOracle(r Rate, c int64, w WarmUp) *wbOracle {
+	k := int64(w.ColdFactor)
+	if k == 0 {
+		k = 3
+	}
+	idle := int64(w.IdleAfter)
+	if idle == 0 {
+		idle = int64(w.Period)
+	}
+	i := big.NewRat(int64(r.Period), r.N)
+	cold := new(big.Rat).Mul(i, big.NewRat(k, 1))
+	return &wbOracle{i: i, slack: new(big.Rat).Mul(i, big.NewRat(c-1, 1)), cold: ceilRat(cold),
+		k: k, w: int64(w.Period), idle: idle, cap: c, tat: nil}
+}
+
+func ceilRat(r *big.Rat) int64 {
+	q, m := new(big.Int).DivMod(r.Num(), r.Denom(), new(big.Int))
+	if m.Sign() != 0 {
+		q.Add(q, big.NewInt(1))
+	}
+	return q.Int64()
+}
+
+// cost is d(x) as a rational.
+func (o *wbOracle) cost(x int64) *big.Rat {
+	if x >= o.w {
+		return o.i
+	}
+	num := new(big.Int).Mul(big.NewInt(o.cold), big.NewInt(o.w))
+	return new(big.Rat).SetInt64(ceilRat(new(big.Rat).SetFrac(num, big.NewInt(o.w+(o.k-1)*x))))
+}
+
+// allow decides n events at t; it returns the cost charged to each.
+func (o *wbOracle) allow(t, n int64) (*big.Rat, bool) {
+	tr := new(big.Rat).SetInt64(t)
+	if o.tat == nil || ceilRat(o.tat) <= t-o.idle {
+		o.tat, o.ramp = tr, t
+	}
+	d := o.cost(t - o.ramp)
+	base := o.tat
+	if base.Cmp(tr) < 0 {
+		base = tr
+	}
+	last := new(big.Rat).Add(base, new(big.Rat).Mul(d, big.NewRat(n-1, 1)))
+	if last.Cmp(new(big.Rat).Add(tr, o.slack)) > 0 {
+		return d, false
+	}
+	o.tat = new(big.Rat).Add(last, d)
+	return d, true
+}
+
+// TestWarmingBoundProperty checks, on random traces with idle gaps, every
+// decision against the exact oracle and the stated bounds over every
+// interval between two allowed events: the costs charged fill at most the
+// interval plus (C−1)·I, and the count is at most C + ⌊D/I⌋.
+func TestWarmingBoundProperty(t *testing.T) {
+	rng := rand.New(rand.NewPCG(27, 2))
+	periods := []time.Duration{time.Second, time.Second + 1, 7 * time.Millisecond, 999_999_937}
+	for trial := range 120 {
+		rate := Rate{N: 1 + rng.Int64N(7), Period: periods[rng.IntN(len(periods))]}
+		c := 1 + rng.Int64N(5)
+		w := WarmUp{Period: time.Duration(1 + rng.Int64N(int64(20*rate.Period))), ColdFactor: rng.IntN(6),
+			IdleAfter: time.Duration(rng.Int64N(int64(3 * rate.Period)))}
+		wb, clk := newWB(t, rate, int(c), w)
+		o := newWBOracle(rate, c, w)
+		var times []int64
+		var costs []*big.Rat
+		now := int64(0)
+		for step := range 300 {
+			switch rng.IntN(10) {
+			case 0:
+				clk.Advance(time.Duration(rng.Int64N(int64(5 * w.Period)))) // idle gap
+			default:
+				clk.Advance(time.Duration(rng.Int64N(int64(rate.Period) / rate.N)))
+			}
+			now = clk.Now().Sub(wbEpoch).Nanoseconds()
+			n := int64(1)
+			var got bool
+			if rng.IntN(4) == 0 {
+				n = 1 + rng.Int64N(c)
+				d, _ := wb.AllowN(context.Background(), "key", int(n))
+				got = d.Allowed
+			} else {
+				got = wb.Allow("key")
+			}
+			d, want := o.allow(now, n)
+			if got != want {
+				t.Fatalf("trial %d step %d (rate %v c %d %+v): Allow(%d) at %d = %v, oracle %v", trial, step, rate, c, w, n, now, got, want)
+			}
+			if got {
+				for range n {
+					times, costs = append(times, now), append(costs, d)
+				}
+			}
+		}
+		// Prefix sums of the costs.
+		pre := make([]*big.Rat, len(costs)+1)
+		pre[0] = new(big.Rat)
+		for i, d := range costs {
+			pre[i+1] = new(big.Rat).Add(pre[i], d)
+		}
+		burst := new(big.Rat).Mul(o.i, big.NewRat(c-1, 1))
+		for i := range times {
+			for j := i; j < len(times); j++ {
+				span := big.NewRat(times[j]-times[i], 1)
+				sum := new(big.Rat).Sub(pre[j], pre[i]) // costs of events i … j−1
+				if sum.Cmp(new(big.Rat).Add(span, burst)) > 0 {
+					t.Fatalf("trial %d: events %d..%d in %dns charge %v > span + (C−1)I", trial, i, j, times[j]-times[i], sum.FloatString(1))
+				}
+				lim := new(big.Rat).Quo(span, o.i)
+				maxN := c + new(big.Int).Quo(lim.Num(), lim.Denom()).Int64()
+				if int64(j-i+1) > maxN {
+					t.Fatalf("trial %d: %d events in %dns > C + ⌊D/I⌋ = %d", trial, j-i+1, times[j]-times[i], maxN)
+				}
+			}
+		}
+	}
+}
