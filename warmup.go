@@ -35,8 +35,9 @@ type WarmUp struct {
 //
 //   - A key is idle at t when its bucket has been full for at least
 //     IdleAfter: t >= TAT + IdleAfter (TAT, the theoretical arrival time,
-//     is when the bucket is full again). A key never seen is idle. The first
-//     event decided on an idle key starts a ramp at its decision instant s.
+//     is when the bucket is full again, rounded up to a whole nanosecond).
+//     A key never seen is idle. The first request (n > 0, allowed or not)
+//     decided on an idle key starts a ramp at its decision instant s.
 //     A key that is not idle keeps its ramp, whatever its demand: a steady
 //     trickle below the full rate, with gaps shorter than IdleAfter plus
 //     the time the bucket takes to refill, is not idle, and its ramp ends W

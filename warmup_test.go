@@ -74,7 +74,7 @@ func TestWarmingTrickleWarms(t *testing.T) {
 func TestWarmingNotTooFastAfterIdle(t *testing.T) {
 	wb, clk := newWB(t, PerSecond(10), 1, WarmUp{Period: 10 * time.Second, IdleAfter: time.Second})
 	wbHammer(wb, clk, "k", 20*time.Second, time.Millisecond) // warm
-	clk.Advance(2 * time.Second)                            // idle
+	clk.Advance(2 * time.Second)                             // idle
 	// d(x) = ⌈300ms·10s/(10s+2x)⌉: at most 1 + ⌊1s/d(1s)⌋ = 1 + ⌊1000/250⌋.
 	if got := wbHammer(wb, clk, "k", time.Second, time.Millisecond); got > 5 || got < 3 {
 		t.Fatalf("first second after idle: %d allowed, want 3..5", got)
@@ -252,5 +252,26 @@ func TestWarmingBoundProperty(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestWarmingCostExact: the ramp's interval is rounded up to a whole
+// nanosecond, never down: 2s into a 10s ramp from 300ms, 3s/14 ns.
+func TestWarmingCostExact(t *testing.T) {
+	wb, clk := newWB(t, PerSecond(10), 1, WarmUp{Period: 10 * time.Second})
+	wb.Allow("k")
+	clk.Advance(2 * time.Second)
+	if !wb.Allow("k") {
+		t.Fatal("refused 2s in")
+	}
+	r, _ := wb.Reserve(context.Background(), "k", 1)
+	if want := time.Duration(214_285_715); r.Delay() != want {
+		t.Fatalf("delay %d, want ⌈3e9/14⌉ = %d", r.Delay(), want)
+	}
+	clk.Advance(9 * time.Second) // 11s in: warm, booked ahead by one cost
+	wb.Allow("k")
+	r, _ = wb.Reserve(context.Background(), "k", 1)
+	if r.Delay() != 100*time.Millisecond {
+		t.Fatalf("warm delay %v, want 100ms", r.Delay())
 	}
 }
