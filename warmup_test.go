@@ -38,8 +38,14 @@ func wbHammer(wb *WarmingBucket, clk *ManualClock, key string, d, step time.Dura
 func TestWarmingTimeline(t *testing.T) {
 	wb, clk := newWB(t, PerSecond(10), 4, WarmUp{Period: 10 * time.Second})
 	// Cold burst: 1 + ⌊(C−1)/k⌋ = 2 at once.
-	if !wb.Allow("") || !wb.Allow("") || wb.Allow("") {
-		t.Fatal("cold burst is not 2")
+	burst := 0
+	for range 4 {
+		if wb.Allow("") {
+			burst++
+		}
+	}
+	if burst != 2 {
+		t.Fatalf("cold burst %d, want 2", burst)
 	}
 	wb.Reset("")
 	want := []int{5, 4, 5, 6, 6, 7, 8, 8, 9, 10, 10, 10, 10} // per second, from idle
@@ -169,7 +175,7 @@ func (o *wbOracle) cost(x int64) *big.Rat {
 }
 
 // allow decides n events at t; it returns the cost charged to each.
-func (o *wbOracle) allow(t, n int64) (*big.Rat, bool) {
+func (o *wbOracle) allow(t, n int64) (*big.Rat, int64, bool) {
 	tr := new(big.Rat).SetInt64(t)
 	if o.tat == nil || ceilRat(o.tat) <= t-o.idle {
 		o.tat, o.ramp = tr, t
@@ -181,16 +187,17 @@ func (o *wbOracle) allow(t, n int64) (*big.Rat, bool) {
 	}
 	last := new(big.Rat).Add(base, new(big.Rat).Mul(d, big.NewRat(n-1, 1)))
 	if last.Cmp(new(big.Rat).Add(tr, o.slack)) > 0 {
-		return d, false
+		return d, o.ramp, false
 	}
 	o.tat = new(big.Rat).Add(last, d)
-	return d, true
+	return d, o.ramp, true
 }
 
 // TestWarmingBoundProperty checks, on random traces with idle gaps, every
 // decision against the exact oracle and the stated bounds over every
 // interval between two allowed events: the costs charged fill at most the
-// interval plus (C−1)·I, and the count is at most C + ⌊D/I⌋.
+// interval plus (C−1)·I, the count is at most C + ⌊D/I⌋, and within one
+// ramp at most 1 + ⌊(D + (C−1)·I)/d(b − s)⌋.
 func TestWarmingBoundProperty(t *testing.T) {
 	rng := rand.New(rand.NewPCG(27, 2))
 	periods := []time.Duration{time.Second, time.Second + 1, 7 * time.Millisecond, 999_999_937}
@@ -203,6 +210,7 @@ func TestWarmingBoundProperty(t *testing.T) {
 		o := newWBOracle(rate, c, w)
 		var times []int64
 		var costs []*big.Rat
+		var ramps []int64
 		now := int64(0)
 		for step := range 300 {
 			switch rng.IntN(10) {
@@ -221,13 +229,13 @@ func TestWarmingBoundProperty(t *testing.T) {
 			} else {
 				got = wb.Allow("key")
 			}
-			d, want := o.allow(now, n)
+			d, ramp, want := o.allow(now, n)
 			if got != want {
 				t.Fatalf("trial %d step %d (rate %v c %d %+v): Allow(%d) at %d = %v, oracle %v", trial, step, rate, c, w, n, now, got, want)
 			}
 			if got {
 				for range n {
-					times, costs = append(times, now), append(costs, d)
+					times, costs, ramps = append(times, now), append(costs, d), append(ramps, ramp)
 				}
 			}
 		}
@@ -249,6 +257,10 @@ func TestWarmingBoundProperty(t *testing.T) {
 				maxN := c + new(big.Int).Quo(lim.Num(), lim.Denom()).Int64()
 				if int64(j-i+1) > maxN {
 					t.Fatalf("trial %d: %d events in %dns > C + ⌊D/I⌋ = %d", trial, j-i+1, times[j]-times[i], maxN)
+				}
+				// Within one ramp: (m−1)·d(b − s) <= D + (C−1)·I.
+				if ramps[i] == ramps[j] && new(big.Rat).Mul(costs[j], big.NewRat(int64(j-i), 1)).Cmp(new(big.Rat).Add(span, burst)) > 0 {
+					t.Fatalf("trial %d: %d events in one ramp in %dns, more than 1 + (D + (C−1)I)/d(b−s)", trial, j-i+1, times[j]-times[i])
 				}
 			}
 		}
