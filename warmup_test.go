@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math/big"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -285,5 +287,43 @@ func TestWarmingCostExact(t *testing.T) {
 	r, _ = wb.Reserve(context.Background(), "k", 1)
 	if r.Delay() != 100*time.Millisecond {
 		t.Fatalf("warm delay %v, want 100ms", r.Delay())
+	}
+}
+
+// TestWarmingPerKey: each key warms on its own; a key new to a warm
+// limiter starts cold. Concurrent callers on a still clock share the cold
+// burst exactly.
+func TestWarmingPerKey(t *testing.T) {
+	wb, clk := newWB(t, PerSecond(10), 4, WarmUp{Period: 10 * time.Second})
+	wbHammer(wb, clk, "warm", 20*time.Second, time.Millisecond)
+	clk.Advance(400 * time.Millisecond) // refilled, far from idle
+	count := func(key string) int {
+		n := 0
+		for range 10 {
+			if wb.Allow(key) {
+				n++
+			}
+		}
+		return n
+	}
+	if got := count("warm"); got != 4 {
+		t.Errorf("warm key: burst %d, want C = 4", got)
+	}
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 500 {
+				if wb.Allow("cold") {
+					allowed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got := allowed.Load(); got != 2 {
+		t.Errorf("new key: burst %d under concurrency, want 1 + ⌊(C−1)/k⌋ = 2", got)
 	}
 }
