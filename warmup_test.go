@@ -327,3 +327,30 @@ func TestWarmingPerKey(t *testing.T) {
 		t.Errorf("new key: burst %d under concurrency, want 1 + ⌊(C−1)/k⌋ = 2", got)
 	}
 }
+
+// BenchmarkWarmingAllow compares WarmingBucket.Allow with TokenBucket.Allow
+// on the same keys and clock, warm (the ramp over).
+func BenchmarkWarmingAllow(b *testing.B) {
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = "key-" + time.Duration(i).String()
+	}
+	clk := NewManualClock(wbEpoch)
+	tb, _ := NewTokenBucket(PerSecond(1_000_000), 1000, WithClock(clk))
+	wb, _ := NewWarmingBucket(PerSecond(1_000_000), 1000, WarmUp{Period: time.Millisecond}, WithClock(clk))
+	for _, k := range keys {
+		tb.Allow(k)
+		wb.Allow(k)
+	}
+	clk.Advance(time.Second)
+	for _, c := range []struct {
+		name string
+		l    interface{ Allow(string) bool }
+	}{{"token", tb}, {"warming", wb}} {
+		b.Run(c.name, func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				c.l.Allow(keys[i&1023])
+			}
+		})
+	}
+}
