@@ -354,3 +354,30 @@ func BenchmarkWarmingAllow(b *testing.B) {
 		})
 	}
 }
+
+// TestWarmingDecision: Remaining counts the events that conform now at
+// the current cost; RetryAfter says when the next one does.
+func TestWarmingDecision(t *testing.T) {
+	wb, _ := newWB(t, PerSecond(10), 4, WarmUp{Period: 10 * time.Second})
+	ctx := context.Background()
+	steps := []struct {
+		n       int
+		allowed bool
+		rem     int
+		retry   time.Duration
+	}{
+		{0, true, 2, 0}, // a peek on a cold key: the cold burst
+		{1, true, 1, 0},
+		{1, true, 0, 0},
+		{1, false, 0, 300 * time.Millisecond},
+	}
+	for i, s := range steps {
+		d, err := wb.AllowN(ctx, "k", s.n)
+		if err != nil || d.Allowed != s.allowed || d.Remaining != s.rem || d.RetryAfter != s.retry || d.Limit != 4 {
+			t.Errorf("step %d: %+v, %v; want allowed %v remaining %d retry %v", i, d, err, s.allowed, s.rem, s.retry)
+		}
+	}
+	if _, err := wb.AllowN(ctx, "k", 5); !errors.Is(err, ErrExceedsLimit) {
+		t.Errorf("n > C: %v", err)
+	}
+}
