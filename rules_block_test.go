@@ -100,3 +100,33 @@ func TestRulesPenaltyBlocks(t *testing.T) {
 		t.Fatalf("after reload: %+v", d.Decision)
 	}
 }
+
+// TestRulesPenaltyGuesser: the rules form holds a guesser at 1,000
+// attempts a second to at most 5 + 5 per 15 minutes over a simulated day.
+func TestRulesPenaltyGuesser(t *testing.T) {
+	clk := NewManualClock(time.Unix(1_000_000, 0))
+	rs, err := ParseRules("POST /login: 5/m per ip block 15m after 5", WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	box := rs.For("POST /login").Rules()[0].Limiter.(*PenaltyBox)
+	who := Subject{IP: "203.0.113.9"}
+	through := 0
+	const step = time.Millisecond
+	for at := time.Duration(0); at < 24*time.Hour; at += step {
+		if rs.Allow("POST /login", who) {
+			through++
+		}
+		// Every attempt of a block is refused (TestPenaltyBoxOracle): all
+		// but its first and last are skipped.
+		if left := box.Blocked(who.IP); left > 2*step {
+			skip := (left - step) / step * step
+			clk.Advance(skip)
+			at += skip
+		}
+		clk.Advance(step)
+	}
+	if through > 5+5*96 || through < 5*96-5 {
+		t.Fatalf("%d through in a day, want at most %d and near it", through, 5+5*96)
+	}
+}
