@@ -90,6 +90,9 @@ type Rule struct {
 	// and reports would-denies to the observer given to NewRules (see
 	// WithObserver) under the rule's name.
 	Shadow bool
+	// Penalty, if set, blocks a key the rule keeps refusing (see Penalty
+	// and PenaltyBox); the rule's limiter is wrapped in a PenaltyBox.
+	Penalty Penalty
 }
 
 // Window returns how long the rule's allowance takes to refill from empty
@@ -152,6 +155,7 @@ type ruleIdentity struct {
 	burst       int
 	scope       Scope
 	shadow      bool
+	penalty     Penalty
 }
 
 // keptLimiter is a limiter NewRules built for a rule: base is the token
@@ -303,7 +307,7 @@ func newRuleTable(rules []Rule, ex *exemptions, opts []Option, old *ruleTable, w
 			return fail(fmt.Errorf("duplicate name %q", r.Name))
 		}
 		names[r.Name] = true
-		id := ruleIdentity{class: r.Class, name: r.Name, rate: r.Rate, burst: r.Burst, scope: r.Scope, shadow: r.Shadow}
+		id := ruleIdentity{class: r.Class, name: r.Name, rate: r.Rate, burst: r.Burst, scope: r.Scope, shadow: r.Shadow, penalty: r.Penalty}
 		if k, ok := old.keptFor(id); ok && r.Limiter == nil {
 			r.Limiter = k.final
 			rs.kept[id] = k
@@ -320,8 +324,11 @@ func newRuleTable(rules []Rule, ex *exemptions, opts []Option, old *ruleTable, w
 			}
 			rs.built = append(rs.built, tb)
 			k := keptLimiter{base: tb, final: tb}
+			if k.final, err = wrapPenalty(r, tb, opts); err != nil {
+				return fail(err)
+			}
 			if r.Shadow {
-				sh, err := NewShadow(tb, WithName(r.Name), WithObserver(cfg.observer))
+				sh, err := NewShadow(k.final, WithName(r.Name), WithObserver(cfg.observer))
 				if err != nil {
 					return fail(err)
 				}
@@ -329,7 +336,9 @@ func newRuleTable(rules []Rule, ex *exemptions, opts []Option, old *ruleTable, w
 			}
 			r.Limiter = k.final
 			rs.kept[id] = k
-		} else if r.Shadow {
+		} else if boxed, err := wrapPenalty(r, r.Limiter, opts); err != nil {
+			return fail(err)
+		} else if r.Limiter = boxed; r.Shadow {
 			sh, err := NewShadow(r.Limiter, WithName(r.Name), WithObserver(cfg.observer))
 			if err != nil {
 				return fail(err)

@@ -72,7 +72,7 @@ func (r Rule) text() string {
 	if r.Burst != 0 {
 		t += " burst " + strconv.Itoa(r.Burst)
 	}
-	t += " " + r.Scope.String()
+	t += " " + r.Scope.String() + r.Penalty.text()
 	if r.Shadow {
 		t += " shadow"
 	}
@@ -168,6 +168,7 @@ func parseRuleTable(config string, opts []Option, old *ruleTable) (*ruleTable, e
 
 func parseRule(line string) (Rule, error) {
 	var r Rule
+	var err error
 	sep := classEnd(line)
 	if sep < 0 {
 		return r, errors.New(`want "class: rate scope", e.g. "POST /posts: 1/s per user"`)
@@ -180,6 +181,9 @@ func parseRule(line string) (Rule, error) {
 		}
 		r.Name = strings.Join(f[i+1:], " ")
 		f = f[:i]
+	}
+	if f, r.Penalty, err = parsePenalty(f); err != nil {
+		return r, err
 	}
 	if len(f) >= 1 && strings.EqualFold(f[len(f)-1], "shadow") {
 		r.Shadow, f = true, f[:len(f)-1]

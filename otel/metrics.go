@@ -82,6 +82,7 @@ type Metrics struct {
 	limit                   metric.Int64ObservableGauge
 	ops                     operatorActions  // see operator.go
 	lease                   leaseInstruments // see lease.go
+	penalty                 penaltyCounters  // see penalty.go
 
 	fair fairClasses // fair.go
 }
@@ -188,6 +189,9 @@ func New(meter metric.Meter, opts ...Option) (*Metrics, error) {
 	if m.ops, err = newOperatorActions(meter); err != nil {
 		return nil, err
 	}
+	if m.penalty, err = newPenaltyCounters(meter); err != nil {
+		return nil, err
+	}
 	m.reg, err = meter.RegisterCallback(m.collect, m.decisions, m.fallbacks, m.redisErrors, m.inserts,
 		m.evictions, m.rejections, m.keys, m.inFlight, m.waiting, m.limit)
 	if err != nil {
@@ -249,6 +253,7 @@ func (b boundSeries) Observe(e ratelimit.Event) {
 	if e.Kind != ratelimit.EventDecision {
 		b.m.lease.observe(b.s, e)
 		b.m.ops.observe(b.s.name, e)
+		b.m.penalty.observe(b.s.name, e)
 		return
 	}
 	s := b.s

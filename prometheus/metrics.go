@@ -69,6 +69,7 @@ type Metrics struct {
 	keys, inserts, evictions            *prom.Desc
 	inFlight, waiting, bhLimit, rejects *prom.Desc
 	ops                                 operatorActions // see operator.go
+	penalty                             penaltyCounters // see penalty.go
 }
 
 type series struct {
@@ -197,6 +198,7 @@ func (b boundSeries) Observe(e ratelimit.Event) {
 	if e.Kind != ratelimit.EventDecision {
 		observeLease(b.s, e)
 		b.m.ops.observe(b.s.name, e)
+		b.m.penalty.observe(b.s.name, e)
 		return
 	}
 	s := b.s
@@ -278,6 +280,7 @@ func (m *Metrics) Describe(ch chan<- *prom.Desc) {
 	ch <- fairClassDesc
 	m.batch.describe(ch)
 	m.ops.describe(ch)
+	m.penalty.describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -316,6 +319,7 @@ func (m *Metrics) Collect(ch chan<- prom.Metric) {
 	})
 	m.wait.Collect(ch)
 	m.ops.collect(ch)
+	m.penalty.collect(ch)
 	for _, w := range stats {
 		st := w.src.Stats()
 		gauge(m.keys, st.Keys, w.name)
