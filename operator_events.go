@@ -25,6 +25,25 @@ const (
 	EventSettle
 )
 
+// OperatorAction names the operator action an event kind reports, as the
+// metrics modules label it (set_rate, set_override, remove_override,
+// reset, settle), or "" for a kind that is not an operator action.
+func OperatorAction(k EventKind) string {
+	switch k {
+	case EventSetRate:
+		return "set_rate"
+	case EventSetOverride:
+		return "set_override"
+	case EventRemoveOverride:
+		return "remove_override"
+	case EventReset:
+		return "reset"
+	case EventSettle:
+		return "settle"
+	}
+	return ""
+}
+
 // operator reports an operator action of kind on key; k.obs is not nil.
 func (o *observed) operator(kind EventKind, key string, n, remaining int) {
 	o.obs.Observe(Event{Limiter: o.name, Key: key, N: n, Allowed: kind == EventSettle, Remaining: remaining, Kind: kind})

@@ -21,27 +21,9 @@ func newOperatorActions(meter metric.Meter) (operatorActions, error) {
 	return operatorActions{c}, err
 }
 
-// operatorAction names the action of an event kind, "" for kinds that are
-// not operator actions.
-func operatorAction(k ratelimit.EventKind) string {
-	switch k {
-	case ratelimit.EventSetRate:
-		return "set_rate"
-	case ratelimit.EventSetOverride:
-		return "set_override"
-	case ratelimit.EventRemoveOverride:
-		return "remove_override"
-	case ratelimit.EventReset:
-		return "reset"
-	case ratelimit.EventSettle:
-		return "settle"
-	}
-	return ""
-}
-
 // observe counts e under name if it is an operator action.
 func (o operatorActions) observe(name string, e ratelimit.Event) {
-	if a := operatorAction(e.Kind); a != "" && o.c != nil {
+	if a := ratelimit.OperatorAction(e.Kind); a != "" && o.c != nil {
 		o.c.Add(context.Background(), 1, metric.WithAttributes(
 			LimiterKey.String(name), attribute.String("ratelimit.operator.action", a)))
 	}

@@ -27,27 +27,9 @@ func (o *operatorActions) init() *prom.CounterVec {
 	return o.vec
 }
 
-// operatorAction names the action of an event kind, "" for kinds that are
-// not operator actions.
-func operatorAction(k ratelimit.EventKind) string {
-	switch k {
-	case ratelimit.EventSetRate:
-		return "set_rate"
-	case ratelimit.EventSetOverride:
-		return "set_override"
-	case ratelimit.EventRemoveOverride:
-		return "remove_override"
-	case ratelimit.EventReset:
-		return "reset"
-	case ratelimit.EventSettle:
-		return "settle"
-	}
-	return ""
-}
-
 // observe counts e under name if it is an operator action.
 func (o *operatorActions) observe(name string, e ratelimit.Event) {
-	if a := operatorAction(e.Kind); a != "" {
+	if a := ratelimit.OperatorAction(e.Kind); a != "" {
 		o.init().WithLabelValues(name, a).Inc()
 	}
 }
