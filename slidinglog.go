@@ -136,17 +136,45 @@ func (sl *SlidingLog) Allow(key string) bool {
 		if h.Flagged() { // an override: the key's own parameters
 			p = sl.k.overrideOf(key, p)
 		}
-		s := h.State()
-		ring, size := pl.ready(s, p.admitNeed(s, now, 1, 0), int32(p.limit))
+		ok, size := p.allowOne(h.State(), now, &pl)
+		h.Release()
 		if size > 0 { // a ring to allocate, outside the lock
-			h.Release()
 			pl.alloc(size)
 			continue
 		}
-		_, ok := p.admitRing(s, now, 1, 0, ring)
-		h.Release()
 		return ok
 	}
+}
+
+// allowOne is admitNeed, the plan and admitRing for one event that may not
+// wait (Allow's step) in one pass, so that the window's edge is searched
+// for once: it decides exactly as they do. With size > 0 it changed
+// nothing: the caller allocates a ring of size instants and tries again.
+func (p *slParams) allowOne(s *slState, now int64, pl *slPlan) (ok bool, size int) {
+	act := s.from(now)
+	if j := int64(s.n) - p.limit; j >= 0 {
+		act = max(act, s.at(int32(j))+p.window)
+	}
+	if act > now {
+		return false, 0
+	}
+	d := s.after(now - p.window)
+	held := int64(s.n - d)
+	over := held + 1 - p.limit
+	if over > 0 {
+		held -= over
+	}
+	ring, size := pl.ready(s, int32(held+1), int32(p.limit))
+	if size > 0 {
+		return false, size
+	}
+	p.drop(s, d)
+	if over > 0 {
+		p.drop(s, int32(over))
+	}
+	s.fit(s.n+1, int32(p.limit), ring)
+	s.push(act, 1)
+	return true, 0
 }
 
 func (p *slParams) init(s *slState, now int64) { *s = slState{floor: now} }
