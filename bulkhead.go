@@ -85,8 +85,9 @@ type Bulkhead struct {
 	maxWait    time.Duration
 	maxWaiters int
 	clock      Clock
-	timeoutErr error     // returned when maxWait passes
-	obs        *observed // nil unless WithBulkheadObserver
+	timeoutErr error      // returned when maxWait passes
+	obs        *observed  // nil unless WithBulkheadObserver
+	fs         *fairState // nil unless WithBulkheadFairQueue or WithBulkheadClasses
 }
 
 const (
@@ -115,6 +116,12 @@ type bulkheadConfig struct {
 	clock      Clock         // default: SystemClock()
 	observer   Observer      // default: nil, no events
 	name       string        // default: "", the bulkhead's name in events
+
+	// WithBulkheadFairQueue and WithBulkheadClasses (bulkhead_fair.go).
+	fair                     bool    // default: false, one FIFO
+	fairPerTenant, fairTotal int     // with fair
+	classes                  []Class // default: none
+	classesSet               bool
 }
 
 func (c *bulkheadConfig) observed() *observed {
@@ -153,7 +160,7 @@ func newBulkheadConfig(limit int, opts []BulkheadOption) (bulkheadConfig, error)
 	case c.clock == nil:
 		return c, fmt.Errorf("%w: nil clock", ErrInvalidOption)
 	}
-	return c, nil
+	return c, c.validFair(limit)
 }
 
 func validBulkheadLimit(n int) error {
@@ -208,8 +215,16 @@ func NewBulkhead(limit int, opts ...BulkheadOption) (*Bulkhead, error) {
 		clock:      cfg.clock,
 		timeoutErr: cfg.timeoutError(),
 		obs:        cfg.observed(),
+		fs:         newFairState(&cfg),
 	}
-	b.state.Store(uint64(limit) << bhLimitShift)
+	s := uint64(limit) << bhLimitShift
+	if b.fs != nil {
+		// A fair bulkhead keeps the waiters bit set for good: every
+		// decrement then comes to mu, where notifyFairLocked orders the
+		// grants, and the fast paths never take a permit.
+		s |= bhWaitersBit
+	}
+	b.state.Store(s)
 	return b, nil
 }
 
@@ -222,6 +237,13 @@ func NewBulkhead(limit int, opts ...BulkheadOption) (*Bulkhead, error) {
 // a third concurrent TryAcquire refuse too even if a permit is free by
 // then. No call is ever admitted beyond the limit.
 func (b *Bulkhead) TryAcquire() bool {
+	if b.fs != nil {
+		ok := b.tryFair()
+		if b.obs != nil {
+			b.reportFair(b.fs.lowest(), ok, 0)
+		}
+		return ok
+	}
 	ok := b.tryAcquire()
 	if b.obs != nil {
 		b.report(ok, 0)
@@ -293,6 +315,9 @@ func bhSettled(s uint64) uint64 {
 // (WithMaxWaiters) is reached; an error matching ErrBulkheadFull, saying
 // how long it waited, if the maximum wait passed.
 func (b *Bulkhead) Acquire(ctx context.Context) error {
+	if b.fs != nil {
+		return b.AcquireFor(ctx, "")
+	}
 	if b.obs == nil {
 		return b.acquire(ctx)
 	}
@@ -366,6 +391,10 @@ func (b *Bulkhead) enqueue() (*permitWaiter, error) {
 func (b *Bulkhead) abandon(w *permitWaiter) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.fs != nil {
+		b.abandonFairLocked(w)
+		return
+	}
 	if w.granted {
 		b.state.Add(^uint64(0)) // w's permit, so the count is at least 1
 		b.notifyLocked()
@@ -404,6 +433,10 @@ const errReleaseWithoutAcquire = "ratelimit: Release without Acquire"
 // a permit freed since is handed over by its decrement (rule 4 of
 // Bulkhead.state). Requires b.mu held.
 func (b *Bulkhead) notifyLocked() {
+	if b.fs != nil {
+		b.notifyFairLocked()
+		return
+	}
 	for b.queue.n > 0 {
 		s := b.state.Load()
 		if s&bhBorrow != 0 || bhInFlight(s) >= bhLimit(s) {
@@ -450,6 +483,9 @@ func (b *Bulkhead) Limit() int { return bhLimit(bhSettled(b.state.Load())) }
 func (b *Bulkhead) Waiting() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.fs != nil {
+		return b.fs.q.n
+	}
 	return b.queue.n
 }
 
@@ -486,6 +522,8 @@ type permitWaiter struct {
 	ready      chan struct{}
 	granted    bool // guarded by the queue's lock
 	prev, next *permitWaiter
+	tenant     string // in a fair bulkhead's queue
+	class      int    // in a fair bulkhead's queue
 }
 
 func newPermitWaiter() *permitWaiter {

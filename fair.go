@@ -87,9 +87,7 @@ type Fair struct {
 
 	// The queue of waits (fair_queue.go), all requiring mu held but kick.
 	queuePerTenant, queueTotal int
-	queues                     map[string]*fairQueue
-	ring                       []*fairQueue // tenants with waits, in turn order
-	turn                       int          // index in ring of the next to serve
+	wq                         *classQueues[*fairWaiter] // nil until a wait is queued
 	queued                     int
 	serving                    bool          // a serve goroutine is running
 	kick                       chan struct{} // wakes serve; buffered, 1

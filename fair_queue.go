@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"context"
 	"errors"
-	"slices"
 	"strconv"
 	"time"
 )
@@ -26,18 +25,12 @@ func WithFairQueue(perTenant, total int) FairOption {
 	return func(c *fairConfig) { c.queuePerTenant, c.queueTotal = perTenant, total }
 }
 
-// fairQueue is one tenant's queued waits, oldest first.
-type fairQueue struct {
-	key     string
-	waiters []*fairWaiter
-}
-
 // fairWaiter is one queued wait. ready is closed when it is granted or
 // fails; err says which. Both are written under Fair.mu.
 type fairWaiter struct {
 	n     int
-	p     Priority // its class, with WithClasses
-	q     *fairQueue
+	p      Priority // its class, with WithClasses
+	tenant string
 	ready chan struct{}
 	done  bool
 	err   error
@@ -66,6 +59,16 @@ func (f *Fair) Wait(ctx context.Context, tenant string) error { return f.WaitN(c
 // counted in the tenant's window like any other. Calls to Allow and AllowN
 // are not queued and may take capacity ahead of the queue, within their
 // own rules.
+//
+// With classes (WithClasses), the queue is ordered by class: the wait
+// served next is of the highest class with waits whose class may take its
+// events now (within its reserve, or from the headroom above what is held
+// for the other classes), round-robin across tenants within that class.
+// So a queued higher-class wait goes before every lower-class one. The
+// lowest class with waits is not starved: after 8 grants in a row to
+// higher classes while it waits, its next wait is served first whenever
+// its class may take the events. The bound of one grant per other tenant
+// holds among the tenants of one class.
 //
 // It returns nil once granted; ErrQueueFull at once if the queue bounds
 // (WithFairQueue) are reached; ctx.Err() if ctx is done first, with nothing
@@ -133,25 +136,16 @@ func (f *Fair) WaitN(ctx context.Context, tenant string, n int) error {
 // enqueue queues a wait of n for tenant and makes sure the queue is being
 // served. Requires f.mu held.
 func (f *Fair) enqueue(tenant string, n int, p Priority) (*fairWaiter, error) {
-	q := f.queues[tenant]
-	if f.queued >= f.queueTotal || (q != nil && len(q.waiters) >= f.queuePerTenant) {
+	if f.wq == nil {
+		f.wq = newClassQueues[*fairWaiter](max(len(f.classes), 1), f.queuePerTenant, f.queueTotal)
+	}
+	if total, own := f.wq.full(tenant); total || own {
 		return nil, ErrQueueFull
 	}
-	if q == nil {
-		if f.queues == nil {
-			f.queues = make(map[string]*fairQueue)
-		}
-		// A tenant with no waits queued joins at the back of the round:
-		// just before the queue whose turn is next.
-		q = &fairQueue{key: tenant}
-		f.queues[tenant] = q
-		f.ring = slices.Insert(f.ring, f.turn, q)
-		if len(f.ring) > 1 {
-			f.turn++
-		}
-	}
-	w := &fairWaiter{n: n, p: p, q: q, ready: make(chan struct{})}
-	q.waiters = append(q.waiters, w)
+	// A tenant with no waits queued joins its class's round at the back
+	// (classQueues, rule 2).
+	w := &fairWaiter{n: n, p: p, tenant: tenant, ready: make(chan struct{})}
+	f.wq.push(int(p), tenant, w)
 	f.queued++
 	if !f.serving {
 		f.serving = true
@@ -171,54 +165,32 @@ func (f *Fair) kickServer() {
 	}
 }
 
-// remove takes w, not granted, out of its queue, and its queue out of the
-// ring if it is left empty. Requires f.mu held.
+// remove takes w, not granted, out of the queue; the queue drops its
+// tenant if it is left with none. Requires f.mu held.
 func (f *Fair) remove(w *fairWaiter) {
-	q := w.q
-	i := slices.Index(q.waiters, w)
-	if i < 0 {
-		return
-	}
-	q.waiters = slices.Delete(q.waiters, i, i+1)
-	f.queued--
-	if i == 0 {
-		f.kickServer() // the head changed
-	}
-	if len(q.waiters) == 0 {
-		f.dropQueue(q)
+	if f.wq.remove(int(w.p), w.tenant, w) {
+		f.queued--
+		f.kickServer() // a head may have changed
 	}
 }
 
-// dropQueue takes the empty queue q out of the ring, keeping the turn on
-// the queue that follows it. Requires f.mu held.
-func (f *Fair) dropQueue(q *fairQueue) {
-	i := slices.Index(f.ring, q)
-	f.ring = slices.Delete(f.ring, i, i+1)
-	delete(f.queues, q.key)
-	if i < f.turn {
-		f.turn--
-	}
-	if f.turn >= len(f.ring) {
-		f.turn = 0
-	}
-}
-
-// serve grants the queued waits, round-robin across tenants, and returns
-// when the queue is empty. One runs at a time (f.serving).
+// serve grants the queued waits, in class order and round-robin across
+// tenants within a class (classQueues), and returns when the queue is
+// empty. One runs at a time (f.serving).
 func (f *Fair) serve() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for f.queued > 0 {
-		q := f.ring[f.turn]
-		w := q.waiters[0]
 		now := f.nc.now()
 		f.roll(now / f.window)
+		c, ok := f.wq.pick(func(c int) bool { return f.classWait(f.wq.head(c), now) == 0 })
 		var d Decision
 		var err error
-		if wait := f.classWait(w, now); wait > 0 {
-			d.RetryAfter = wait // held for other classes
+		if !ok {
+			hi, _ := f.wq.bounds()
+			d.RetryAfter = f.classWait(f.wq.head(hi), now) // held for other classes
 		} else {
-			d, err = f.shared.AllowN(context.Background(), f.key, w.n)
+			d, err = f.shared.AllowN(context.Background(), f.key, f.wq.head(c).n)
 		}
 		if err == nil && !d.Allowed {
 			timer := f.nc.clock.NewTimer(max(d.RetryAfter, 1))
@@ -231,8 +203,9 @@ func (f *Fair) serve() {
 			f.mu.Lock()
 			continue // the queue may have changed meanwhile
 		}
+		w := f.wq.pop(c)
 		if err == nil {
-			t := f.enter(q.key, int64(w.n), now)
+			t := f.enter(w.tenant, int64(w.n), now)
 			if f.classes != nil {
 				f.countClass(t, &f.classes[w.p], int64(w.n))
 			} else {
@@ -241,13 +214,7 @@ func (f *Fair) serve() {
 		}
 		w.done, w.err = true, err
 		close(w.ready)
-		q.waiters = q.waiters[1:]
 		f.queued--
-		if len(q.waiters) == 0 {
-			f.dropQueue(q)
-		} else {
-			f.turn = (f.turn + 1) % len(f.ring)
-		}
 	}
 	f.serving = false
 }
