@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"time"
 )
@@ -18,12 +17,22 @@ import (
 // fair bulkheads.
 const EventBulkheadClass EventKind = 70
 
-// Errors of a fair bulkhead's full queues. Each matches both
-// ErrBulkheadFull and ErrQueueFull.
+// Errors of a fair bulkhead's full queues.
 var (
-	errBulkheadTenantFull = fmt.Errorf("%w: %w: the tenant's queue is full", ErrBulkheadFull, ErrQueueFull)
-	errBulkheadQueueFull  = fmt.Errorf("%w: %w: the queue is full", ErrBulkheadFull, ErrQueueFull)
+	errBulkheadTenantFull error = bulkheadQueueFull("ratelimit: bulkhead full: the tenant's queue is full")
+	errBulkheadQueueFull  error = bulkheadQueueFull("ratelimit: bulkhead full: the queue is full")
 )
+
+// bulkheadQueueFull is the error of a fair bulkhead refusing to queue a
+// call: it matches both ErrBulkheadFull and ErrQueueFull.
+type bulkheadQueueFull string
+
+func (e bulkheadQueueFull) Error() string { return string(e) }
+
+// Is reports whether target is ErrBulkheadFull or ErrQueueFull.
+func (e bulkheadQueueFull) Is(target error) bool {
+	return target == ErrBulkheadFull || target == ErrQueueFull
+}
 
 // WithBulkheadFairQueue makes a bulkhead's waiters a fair queue across
 // tenants instead of one FIFO: AcquireFor and DoFor name the tenant of a
@@ -267,34 +276,44 @@ func (b *Bulkhead) acquireFair(ctx context.Context, tenant string) (int, error) 
 	if err := ctx.Err(); err != nil {
 		return c, err
 	}
-	if !b.fs.fair {
-		tenant = ""
+	w, err := b.enqueueFair(c, tenant)
+	if w == nil {
+		return c, err
 	}
-	b.mu.Lock()
-	if b.takeLocked(c) {
-		b.mu.Unlock()
-		return c, nil
-	}
-	if total, own := b.fs.q.full(tenant); total || own {
-		b.mu.Unlock()
-		switch {
-		case !b.fs.fair:
-			return c, ErrBulkheadFull
-		case own:
-			return c, errBulkheadTenantFull
-		}
-		return c, errBulkheadQueueFull
-	}
-	w := newPermitWaiter()
-	w.tenant, w.class = tenant, c
-	b.fs.q.push(c, tenant, w)
-	b.notifyFairLocked() // a permit may have been freed meanwhile
-	b.mu.Unlock()
 	if err := awaitPermit(ctx, w, b.clock, b.maxWait, b.timeoutErr); err != nil {
 		b.abandon(w)
 		return c, err
 	}
 	return c, nil
+}
+
+// enqueueFair takes a permit for a call of class c and tenant if one may
+// be had now, returning (nil, nil); else it queues a waiter and returns
+// it, or returns (nil, an error matching ErrBulkheadFull) if a bound on
+// waiters is reached.
+func (b *Bulkhead) enqueueFair(c int, tenant string) (*permitWaiter, error) {
+	if !b.fs.fair {
+		tenant = ""
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.takeLocked(c) {
+		return nil, nil
+	}
+	if total, own := b.fs.q.full(tenant); total || own {
+		switch {
+		case !b.fs.fair:
+			return nil, ErrBulkheadFull
+		case own:
+			return nil, errBulkheadTenantFull
+		}
+		return nil, errBulkheadQueueFull
+	}
+	w := newPermitWaiter()
+	w.tenant, w.class = tenant, c
+	b.fs.q.push(c, tenant, w)
+	b.notifyFairLocked() // a permit may have been freed meanwhile
+	return w, nil
 }
 
 // abandonFairLocked withdraws w from a fair bulkhead's queue, passing on
