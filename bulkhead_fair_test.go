@@ -320,11 +320,22 @@ func fbProperty(t *testing.T, seed uint64) {
 				seq++
 				grantedNow()
 			}
-		case op < 5: // a cancel, perhaps of a call just granted
+		case op < 5: // a cancel, perhaps of a call granted at that instant
 			if len(live) == 0 {
 				continue
 			}
 			i := rng.IntN(len(live))
+			if c := rng.IntN(nclass); rng.IntN(2) == 0 && held[c] > 0 {
+				// A release hands a permit over as the wait ends: the
+				// waiter granted gives it up unused.
+				held[c]--
+				b.Release()
+				for j, q := range live {
+					if q.w.granted {
+						i = j
+					}
+				}
+			}
 			q := live[i]
 			live = append(live[:i], live[i+1:]...)
 			b.abandon(q.w)
@@ -540,4 +551,24 @@ func TestBulkheadClassEvents(t *testing.T) {
 	if len(evs) != 4 {
 		t.Errorf("%d events, want 2 decisions and 2 class events", len(evs))
 	}
+}
+
+// TestBulkheadFairNoJump checks that a call does not take a permit that a
+// Release has freed, on its way to hand it to a waiting call: the waiter
+// gets it.
+func TestBulkheadFairNoJump(t *testing.T) {
+	b := bhNew(t, 1, WithBulkheadFairQueue(4, 4))
+	b.TryAcquire()
+	w := fbEnqueue(t, b, 0, "a")
+	b.state.Add(^uint64(0)) // the first half of Release: the count drops ...
+	if b.TryAcquire() {
+		t.Fatal("TryAcquire took the permit freed for a waiting call")
+	}
+	if w2, _ := b.enqueueFair(0, "b"); w2 == nil || w2.granted {
+		t.Fatal("a call of another tenant took the permit freed for a waiting call")
+	}
+	if !w.granted {
+		t.Fatal("the waiting call was not handed the permit")
+	}
+	bhCheck(t, b, 1, 1)
 }
