@@ -147,7 +147,9 @@ type window struct {
 
 // NewAdaptiveBulkhead returns an adaptive bulkhead with the given bounds
 // and parameters, and the options of NewBulkhead (WithMaxWait,
-// WithMaxWaiters, WithBulkheadClock). It returns an error matching
+// WithMaxWaiters, WithBulkheadClock, WithBulkheadFairQueue and
+// WithBulkheadClasses, whose reserves are checked against Initial and
+// capped, as the limit moves, as WithBulkheadClasses says). It returns an error matching
 // ErrInvalidCapacity if the bounds are not 1 <= Min <= Initial <= Max <=
 // 2³¹-1 (Max is required), and ErrInvalidOption for a parameter or an
 // option out of range.
@@ -189,6 +191,31 @@ func (a *AdaptiveBulkhead) Acquire(ctx context.Context) error {
 	}
 	a.granted()
 	return nil
+}
+
+// AcquireFor is Acquire for a call of tenant, waiting in its tenant's
+// queue as Bulkhead.AcquireFor does (with WithBulkheadFairQueue; without,
+// the tenant is ignored). On failure the bulkhead is left unchanged and
+// the errors are Bulkhead.AcquireFor's.
+func (a *AdaptiveBulkhead) AcquireFor(ctx context.Context, tenant string) error {
+	if err := a.b.AcquireFor(ctx, tenant); err != nil {
+		return err
+	}
+	a.granted()
+	return nil
+}
+
+// DoFor runs fn holding a permit acquired as AcquireFor does, as
+// Bulkhead.DoFor does. fn must not be nil.
+func (a *AdaptiveBulkhead) DoFor(ctx context.Context, tenant string, fn func(context.Context) error) error {
+	if fn == nil {
+		panic("ratelimit: AdaptiveBulkhead.DoFor with nil function")
+	}
+	if err := a.AcquireFor(ctx, tenant); err != nil {
+		return err
+	}
+	defer a.Release()
+	return fn(ctx)
 }
 
 // granted records the grant of a permit.

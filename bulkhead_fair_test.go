@@ -437,7 +437,7 @@ func TestBulkheadClassReserve(t *testing.T) {
 	}
 	bhCheck(t, b, 4, 8)
 	crit := fbEnqueue(t, b, 0, "") // past the reserve and the limit: it waits
-	b.Release()                     // a batch call ends: the critical call goes first
+	b.Release()                    // a batch call ends: the critical call goes first
 	if !crit.granted || batch[0].granted {
 		t.Fatalf("after a release: critical granted %v, batch %v; want the critical", crit.granted, batch[0].granted)
 	}

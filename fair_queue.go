@@ -28,12 +28,12 @@ func WithFairQueue(perTenant, total int) FairOption {
 // fairWaiter is one queued wait. ready is closed when it is granted or
 // fails; err says which. Both are written under Fair.mu.
 type fairWaiter struct {
-	n     int
+	n      int
 	p      Priority // its class, with WithClasses
 	tenant string
-	ready chan struct{}
-	done  bool
-	err   error
+	ready  chan struct{}
+	done   bool
+	err    error
 }
 
 // Queued reports how many waits are queued.

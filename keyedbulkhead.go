@@ -40,7 +40,8 @@ type KeyedBulkhead struct {
 	maxWaiters int
 	clock      Clock
 	timeoutErr error
-	obs        *observed // nil unless WithBulkheadObserver
+	obs        *observed  // nil unless WithBulkheadObserver
+	fs         *fairState // the fair options, nil if none; its q unused
 }
 
 // keyedBulkheadShards is the number of shards: enough to keep contention
@@ -64,6 +65,15 @@ type keyedBulkheadShard struct {
 type keyedBulkheadEntry struct {
 	inFlight int
 	queue    permitQueue
+	fq       *classQueues[*permitWaiter] // the fair queue, if kb.fs; made on first use
+}
+
+// waiting returns the number of calls waiting for the entry's key.
+func (e *keyedBulkheadEntry) waiting() int {
+	if e.fq != nil {
+		return e.fq.n
+	}
+	return e.queue.n
 }
 
 // keyedBulkheadRebuild: a shard's map, which Go never shrinks, is dropped
@@ -91,6 +101,7 @@ func NewKeyedBulkhead(limit int, opts ...BulkheadOption) (*KeyedBulkhead, error)
 		clock:      cfg.clock,
 		timeoutErr: cfg.timeoutError(),
 		obs:        cfg.observed(),
+		fs:         newFairState(&cfg),
 	}, nil
 }
 
@@ -114,10 +125,18 @@ func (kb *KeyedBulkhead) TryAcquire(key string) bool {
 	k := kb.kept(key)
 	sh := kb.shard(k)
 	sh.mu.Lock()
-	ok := kb.tryLocked(sh, k)
+	var ok bool
+	if kb.fs != nil {
+		ok = kb.takeFairLocked(sh, k, kb.fs.lowest())
+	} else {
+		ok = kb.tryLocked(sh, k)
+	}
 	sh.mu.Unlock()
 	if kb.obs != nil {
 		kb.obs.report(key, 1, Decision{Allowed: ok}, 0)
+		if kb.fs != nil {
+			kb.reportClass(kb.fs.lowest(), ok, 0)
+		}
 	}
 	return ok
 }
@@ -142,6 +161,9 @@ func (kb *KeyedBulkhead) tryLocked(sh *keyedBulkheadShard, key string) bool {
 // failure, are those of Bulkhead.Acquire. A nil result must be paired with
 // one Release(key).
 func (kb *KeyedBulkhead) Acquire(ctx context.Context, key string) error {
+	if kb.fs != nil {
+		return kb.AcquireFor(ctx, key, "")
+	}
 	if kb.obs == nil {
 		return kb.acquire(ctx, key)
 	}
@@ -203,7 +225,11 @@ func (kb *KeyedBulkhead) abandon(sh *keyedBulkheadShard, key string, e *keyedBul
 		}
 		return
 	}
-	e.queue.remove(w)
+	if e.fq != nil {
+		e.fq.remove(w.class, w.tenant, w)
+	} else {
+		e.queue.remove(w)
+	}
 	sh.dropIfIdle(key, e)
 }
 
@@ -231,6 +257,12 @@ func (kb *KeyedBulkhead) Release(key string) {
 // key is below its limit after the release, else to the pool, dropping
 // the key if it is then idle. Requires sh.mu held and e.inFlight > 0.
 func (kb *KeyedBulkhead) releaseLocked(sh *keyedBulkheadShard, key string, e *keyedBulkheadEntry) {
+	if e.fq != nil {
+		e.inFlight--
+		kb.grantFairLocked(e)
+		sh.dropIfIdle(key, e)
+		return
+	}
 	if e.queue.n > 0 && e.inFlight <= kb.limit {
 		e.queue.pop().grant() // the permit changes hands: in flight unchanged
 		return
@@ -271,7 +303,7 @@ func (kb *KeyedBulkhead) Waiting(key string) int {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e := sh.keys[key]; e != nil {
-		return e.queue.n
+		return e.waiting()
 	}
 	return 0
 }
@@ -313,7 +345,7 @@ func (sh *keyedBulkheadShard) add(key string) *keyedBulkheadEntry {
 // dropIfIdle removes key, whose entry is e, if nothing is in flight or
 // waiting for it. Requires sh.mu held.
 func (sh *keyedBulkheadShard) dropIfIdle(key string, e *keyedBulkheadEntry) {
-	if e.inFlight > 0 || e.queue.n > 0 {
+	if e.inFlight > 0 || e.waiting() > 0 {
 		return
 	}
 	delete(sh.keys, key)
