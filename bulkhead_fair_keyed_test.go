@@ -90,7 +90,10 @@ func TestKeyedBulkheadClasses(t *testing.T) {
 	}
 	crit2 := kbEnqueue(t, kb, "k", 0, "")
 	kb.abandon(kb.shard("k"), "k", kb.shard("k").keys["k"], crit2)
-	kb.Release("k")
+	kb.Release("k") // 2 in flight: 1 free, no more than the reserve
+	if batch.granted {
+		t.Fatal("batch granted a reserved permit")
+	}
 	kb.Release("k") // 1 in flight: 2 free, more than the reserve
 	if !batch.granted {
 		t.Fatal("batch not granted once more permits were free than reserved")
