@@ -21,6 +21,7 @@ const maxFairClasses = 1024
 // fairClasses counts class decisions. The limiter label is the series'
 // name, already capped by WithMaxNames.
 type fairClasses struct {
+	desc   *prom.Desc // nil: fairClassDesc; bulkheadClassDesc for bulkheads
 	mu     sync.Mutex
 	counts map[[2]string]*[2]atomic.Uint64 // {limiter, class} -> {allowed, denied}
 }
@@ -48,10 +49,16 @@ func (f *fairClasses) observe(limiter string, e ratelimit.Event) {
 }
 
 func (f *fairClasses) collect(ch chan<- prom.Metric) {
+	d, denied := f.desc, "denied"
+	if d == nil {
+		d = fairClassDesc
+	} else {
+		denied = "rejected"
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for k, c := range f.counts {
-		ch <- prom.MustNewConstMetric(fairClassDesc, prom.CounterValue, float64(c[0].Load()), k[0], k[1], "allowed")
-		ch <- prom.MustNewConstMetric(fairClassDesc, prom.CounterValue, float64(c[1].Load()), k[0], k[1], "denied")
+		ch <- prom.MustNewConstMetric(d, prom.CounterValue, float64(c[0].Load()), k[0], k[1], "allowed")
+		ch <- prom.MustNewConstMetric(d, prom.CounterValue, float64(c[1].Load()), k[0], k[1], denied)
 	}
 }

@@ -63,7 +63,8 @@ type Metrics struct {
 	stats     []watchedStats
 	bulkheads []watchedBulkhead
 
-	fair fairClasses // fair.go
+	fair          fairClasses // fair.go
+	bulkheadClass fairClasses // bulkhead_class.go
 
 	decisions, fallbacks, redisErrors   *prom.Desc
 	keys, inserts, evictions            *prom.Desc
@@ -148,6 +149,8 @@ func New(opts ...Option) *Metrics {
 		waiting:     prom.NewDesc("ratelimit_bulkhead_waiting", "Calls waiting for a permit of the bulkhead.", bh, nil),
 		bhLimit:     prom.NewDesc("ratelimit_bulkhead_limit", "The bulkhead's limit on calls in flight.", bh, nil),
 		rejects:     prom.NewDesc("ratelimit_bulkhead_rejected_total", "Calls the bulkhead refused a permit.", bh, nil),
+
+		bulkheadClass: fairClasses{desc: bulkheadClassDesc},
 	}
 }
 
@@ -190,6 +193,9 @@ type boundSeries struct {
 func (b boundSeries) Observe(e ratelimit.Event) {
 	if e.Kind == ratelimit.EventFairClass {
 		b.m.fair.observe(b.s.name, e)
+	}
+	if e.Kind == ratelimit.EventBulkheadClass {
+		b.m.bulkheadClass.observe(b.s.name, e)
 	}
 	if e.Kind == ratelimit.EventBatch {
 		b.m.batch.observe(b.s.name, e.N)
@@ -278,6 +284,7 @@ func (m *Metrics) Describe(ch chan<- *prom.Desc) {
 	m.wait.Describe(ch)
 	describeLease(ch)
 	ch <- fairClassDesc
+	ch <- bulkheadClassDesc
 	m.batch.describe(ch)
 	m.ops.describe(ch)
 	m.penalty.describe(ch)
@@ -293,6 +300,7 @@ func (m *Metrics) Collect(ch chan<- prom.Metric) {
 		ch <- prom.MustNewConstMetric(d, prom.GaugeValue, float64(v), labels...)
 	}
 	m.fair.collect(ch)
+	m.bulkheadClass.collect(ch)
 	m.mu.Lock()
 	defer m.mu.Unlock() // for the watched lists and series.redis
 	stats, bulkheads := m.stats, m.bulkheads
