@@ -21,19 +21,22 @@ const maxFairClasses = 1024
 // as ratelimit.fair.class.decisions, by limiter, class and outcome.
 type fairClasses struct {
 	counter metric.Int64Counter
+	nameKey attribute.Key // LimiterKey, or BulkheadKey for bulkheads
+	denied  string        // the outcome of a refusal
 	mu      sync.Mutex
 	opts    map[[3]string][]metric.AddOption // {limiter, class, outcome}
 }
 
 func (f *fairClasses) init(meter metric.Meter) error {
 	var err error
+	f.nameKey, f.denied = LimiterKey, "denied"
 	f.counter, err = meter.Int64Counter("ratelimit.fair.class.decisions", metric.WithUnit("{decision}"),
 		metric.WithDescription("Decisions of a fair-share limit with priority classes, by limiter, class and outcome (allowed or denied)."))
 	return err
 }
 
 func (f *fairClasses) observe(limiter string, e ratelimit.Event) {
-	outcome := "denied"
+	outcome := f.denied
 	if e.Allowed {
 		outcome = "allowed"
 	}
@@ -49,7 +52,7 @@ func (f *fairClasses) observe(limiter string, e ratelimit.Event) {
 			return
 		}
 		opt = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
-			LimiterKey.String(limiter), ClassKey.String(e.Key), OutcomeKey.String(outcome)))}
+			f.nameKey.String(limiter), ClassKey.String(e.Key), OutcomeKey.String(outcome)))}
 		f.opts[k] = opt
 	}
 	f.mu.Unlock()

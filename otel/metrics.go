@@ -84,7 +84,8 @@ type Metrics struct {
 	lease                   leaseInstruments // see lease.go
 	penalty                 penaltyCounters  // see penalty.go
 
-	fair fairClasses // fair.go
+	fair          fairClasses // fair.go
+	bulkheadClass fairClasses // bulkhead_class.go
 }
 
 type series struct {
@@ -174,6 +175,9 @@ func New(meter metric.Meter, opts ...Option) (*Metrics, error) {
 	if err = m.fair.init(meter); err != nil {
 		return nil, err
 	}
+	if err = m.bulkheadClass.initBulkhead(meter); err != nil {
+		return nil, err
+	}
 	m.wait, err = meter.Float64Histogram("ratelimit.wait.duration", metric.WithUnit("s"),
 		metric.WithDescription("How long calls that waited for a limiter or bulkhead waited, or were booked to wait."),
 		metric.WithExplicitBucketBoundaries(c.buckets...))
@@ -245,6 +249,9 @@ type boundSeries struct {
 func (b boundSeries) Observe(e ratelimit.Event) {
 	if e.Kind == ratelimit.EventFairClass {
 		b.m.fair.observe(b.s.name, e)
+	}
+	if e.Kind == ratelimit.EventBulkheadClass {
+		b.m.bulkheadClass.observe(b.s.name, e)
 	}
 	if e.Kind == ratelimit.EventBatch {
 		b.batch(e.N)
