@@ -148,11 +148,11 @@ type window struct {
 // NewAdaptiveBulkhead returns an adaptive bulkhead with the given bounds
 // and parameters, and the options of NewBulkhead (WithMaxWait,
 // WithMaxWaiters, WithBulkheadClock, WithBulkheadFairQueue and
-// WithBulkheadClasses, whose reserves are checked against Initial and
-// capped, as the limit moves, as WithBulkheadClasses says). It returns an error matching
-// ErrInvalidCapacity if the bounds are not 1 <= Min <= Initial <= Max <=
-// 2³¹-1 (Max is required), and ErrInvalidOption for a parameter or an
-// option out of range.
+// WithBulkheadClasses, whose reserves are checked against Initial and, as
+// the limit moves, capped at Limit()-1 as WithBulkheadClasses says). It
+// returns an error matching ErrInvalidCapacity if the bounds are not 1 <=
+// Min <= Initial <= Max <= 2³¹-1 (Max is required), and ErrInvalidOption
+// for a parameter or an option out of range.
 func NewAdaptiveBulkhead(p AdaptiveParams, opts ...BulkheadOption) (*AdaptiveBulkhead, error) {
 	p, err := p.withDefaults()
 	if err != nil {

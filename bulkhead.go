@@ -37,7 +37,10 @@ const maxBulkheadLimit = 1<<31 - 1
 // permits that free up and starve a caller that has waited longest.
 // Waiting may be bounded in time (WithMaxWait) and in the number of
 // waiters (WithMaxWaiters); past either bound, Acquire returns an error
-// matching ErrBulkheadFull. No permit is ever lost: a wait that ends (ctx
+// matching ErrBulkheadFull. WithBulkheadFairQueue makes the waiters a
+// queue served round-robin across tenants (AcquireFor, DoFor) instead of
+// one FIFO, and WithBulkheadClasses adds priority classes with reserved
+// permits; both make every call take a mutex. No permit is ever lost: a wait that ends (ctx
 // done, maximum wait passed) at the instant a permit is handed to it
 // passes that permit on to the next waiter, or back to the pool.
 //
@@ -230,7 +233,8 @@ func NewBulkhead(limit int, opts ...BulkheadOption) (*Bulkhead, error) {
 
 // TryAcquire takes a permit if one is free now and nobody is waiting for
 // one, and reports whether it did. It never blocks. A true result must be
-// paired with one Release.
+// paired with one Release. With WithBulkheadClasses it is a call of the
+// lowest class, and takes a permit only as that class may.
 //
 // When two calls race for the last free permit, one gets it; the other
 // is refused and, for the instant it takes to undo its attempt, may make
@@ -307,7 +311,9 @@ func bhSettled(s uint64) uint64 {
 
 // Acquire takes a permit, waiting in FIFO order behind earlier callers
 // until one is released, ctx is done or the maximum wait (WithMaxWait)
-// passes. A nil result must be paired with one Release.
+// passes. A nil result must be paired with one Release. With
+// WithBulkheadFairQueue or WithBulkheadClasses it is AcquireFor(ctx, ""):
+// the order is the fair queue's, and the class ctx's priority.
 //
 // On failure the bulkhead is left unchanged and Acquire returns:
 // ctx.Err() if ctx was done before or during the wait (even if a permit

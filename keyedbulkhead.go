@@ -13,7 +13,10 @@ import (
 // each key (a user, a tenant, a downstream host), each key with its own
 // FIFO queue of waiters, bounded as the options say (WithMaxWaiters counts
 // per key). Every method behaves as the Bulkhead method of the same name,
-// for one key; see Bulkhead.
+// for one key; see Bulkhead. WithBulkheadFairQueue and WithBulkheadClasses
+// apply within each key: its waiters are served round-robin across the
+// tenants of AcquireFor, by class, with the reserves counted in the key's
+// permits.
 //
 // A key is held in memory only while a call for it is in flight or
 // waiting: the Release or abandoned wait that leaves a key idle drops it,
