@@ -35,17 +35,6 @@ func fbEnqueue(t *testing.T, b *Bulkhead, c int, tenant string) *permitWaiter {
 	return w
 }
 
-// fbGranted returns, in order, the waiters of ws granted by one Release.
-func fbRelease(b *Bulkhead, ws []*permitWaiter) int {
-	b.Release()
-	for i, w := range ws {
-		if w.granted {
-			return i
-		}
-	}
-	return -1
-}
-
 // TestBulkheadFairRoundRobin pins the order of service of a fair
 // bulkhead: round-robin across tenants in the order they joined (a new
 // tenant at the back of the round), FIFO within a tenant.
