@@ -408,8 +408,8 @@ func (s *setState) index() error {
 		c := &classState{set: set}
 		for _, rule := range set.Rules() {
 			c.rules = append(c.rules, s.byName[rule.Name])
-			c.needUser = c.needUser || rule.Scope == ratelimit.PerUser
-			c.needIP = c.needIP || rule.Scope == ratelimit.PerIP
+			c.needUser = c.needUser || rule.KeyScope() == ratelimit.PerUser
+			c.needIP = c.needIP || rule.KeyScope() == ratelimit.PerIP
 		}
 		return c
 	}
