@@ -98,7 +98,10 @@ type Rule struct {
 	// bucket is one shared limit, asked through a Fair whose tenant is
 	// who.User (or who.IP). It needs a Global rule and no Limiter of its
 	// own. A request without the tenant is refused with ErrNoKey, as a
-	// per-user (or per-IP) rule refuses it. Zero: not fair.
+	// per-user (or per-IP) rule refuses it. With Penalty the penalty box
+	// wraps the Fair and blocks a tenant it keeps refusing; with Shadow
+	// the Fair runs inside the Shadow. The Fair tracks at most
+	// DefaultMaxTenants tenants (see WithMaxTenants). Zero: not fair.
 	Fair Scope
 }
 
@@ -221,8 +224,9 @@ func (e *exemptions) covers(who Subject) bool {
 // text, as ParseRules would read it) and also matches ErrInvalidRate for an
 // invalid rate, ErrInvalidCapacity for a negative burst or one the token
 // bucket refuses, and ErrInvalidOption for a bad option. The other faults
-// are an empty class, a scope that is not PerUser, PerIP or Global, and a
-// duplicate name.
+// are an empty class, a scope that is not PerUser, PerIP or Global, a
+// duplicate name, and a Fair that is not PerUser or PerIP, on a rule that
+// is not Global or that has a Limiter of its own.
 func NewRules(rules []Rule, opts ...Option) (*Rules, error) {
 	t, err := newRuleTable(rules, nil, opts, nil, ruleWhere(rules))
 	if err != nil {
@@ -445,9 +449,9 @@ func (s *RuleSet) Rules() []Rule { return append([]Rule(nil), s.rules...) }
 // saying that no limit applied. So is an exempt subject answered (see
 // Rules.Exempt), before any key is asked for, and nothing is recorded.
 //
-// A per-user rule with who.User == "" or a per-IP rule with who.IP == ""
-// (and so a rule fair per user, or per ip, see Rule.Fair)
-// returns an error matching ErrNoKey, and nothing is recorded. Check does
+// A rule keyed per user with who.User == "" or per IP with who.IP == ""
+// (see Rule.KeyScope: a fair rule is keyed by its tenant) returns an error
+// matching ErrNoKey, and nothing is recorded. Check does
 // not allocate for up to 8 rules of in-memory limiters.
 func (s *RuleSet) Check(ctx context.Context, who Subject, n int) (MultiDecision, error) {
 	if s.exempt != nil && s.exempt.covers(who) {

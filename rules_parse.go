@@ -99,11 +99,13 @@ func quoteRule(t string) string {
 //	POST /friends: 150/day              per user
 //	GET /search:   30/m      burst 10   per ip    as search
 //	GET /export:   5/m                  per user  shadow
-//	*:             10,000/s             global
+//	*:             10,000/s             global    fair per user
 //
 // The class ends at the first colon followed by a space or tab; the rate
 // is as ParseRate reads it, and its count may group digits with "," or "_";
-// the scope is "per user", "per ip" or "global"; "shadow" after the scope
+// the scope is "per user", "per ip" or "global"; "fair per user" or "fair
+// per ip" after "global" splits the global limit fairly among the users or
+// client addresses that use it (Rule.Fair); "shadow" after the scope
 // tries the rule without enforcing it (Rule.Shadow); "as" names the rule
 // (the rest of the line). Blank lines and text after "#" are ignored.
 //
