@@ -6,11 +6,12 @@ GO ?= go
 
 ## demo: the limiters at work: a token bucket, the five algorithms side by
 ## side, limits changed while serving (tiers, a raise, a reset, a settled
-## cost), an HTTP API behind rules, an HTTP client within a server's limits,
+## cost), a flood contained by a fair rule, an HTTP API behind rules, an HTTP
+## client within a server's limits,
 ## a gRPC server, a replay of an access log through rules, and the metrics
 ## page of a server under a burst. Every line fits 80 columns: a longer one fails the demo (the
 ## examples' own tests check it too).
-DEMOS := tokenbucket algorithms operators httpserver httpclient
+DEMOS := tokenbucket algorithms operators fairshare httpserver httpclient
 demo: SHELL := /bin/bash
 demo: .SHELLFLAGS := -e -o pipefail -c
 demo:

@@ -93,6 +93,16 @@ type Rule struct {
 	// Penalty, if set, blocks a key the rule keeps refusing (see Penalty
 	// and PenaltyBox); the rule's limiter is wrapped in a PenaltyBox.
 	Penalty Penalty
+	// Fair, if PerUser or PerIP, splits the rule's limit fairly among the
+	// users (or client addresses) that use it (see Fair): the rule's token
+	// bucket is one shared limit, asked through a Fair whose tenant is
+	// who.User (or who.IP). It needs a Global rule and no Limiter of its
+	// own. A request without the tenant is refused with ErrNoKey, as a
+	// per-user (or per-IP) rule refuses it. With Penalty the penalty box
+	// wraps the Fair and blocks a tenant it keeps refusing; with Shadow
+	// the Fair runs inside the Shadow. The Fair tracks at most
+	// DefaultMaxTenants tenants (see WithMaxTenants). Zero: not fair.
+	Fair Scope
 }
 
 // Window returns how long the rule's allowance takes to refill from empty
@@ -156,6 +166,7 @@ type ruleIdentity struct {
 	scope       Scope
 	shadow      bool
 	penalty     Penalty
+	fair        Scope
 }
 
 // keptLimiter is a limiter NewRules built for a rule: base is the token
@@ -213,8 +224,9 @@ func (e *exemptions) covers(who Subject) bool {
 // text, as ParseRules would read it) and also matches ErrInvalidRate for an
 // invalid rate, ErrInvalidCapacity for a negative burst or one the token
 // bucket refuses, and ErrInvalidOption for a bad option. The other faults
-// are an empty class, a scope that is not PerUser, PerIP or Global, and a
-// duplicate name.
+// are an empty class, a scope that is not PerUser, PerIP or Global, a
+// duplicate name, and a Fair that is not PerUser or PerIP, on a rule that
+// is not Global or that has a Limiter of its own.
 func NewRules(rules []Rule, opts ...Option) (*Rules, error) {
 	t, err := newRuleTable(rules, nil, opts, nil, ruleWhere(rules))
 	if err != nil {
@@ -300,14 +312,17 @@ func newRuleTable(rules []Rule, ex *exemptions, opts []Option, old *ruleTable, w
 			}
 			r.Burst = int(r.Rate.N)
 		}
+		if err := validFair(r); err != nil {
+			return fail(err)
+		}
 		if r.Name == "" {
-			r.Name = r.Class + " " + r.Rate.String() + " " + r.Scope.String()
+			r.Name = r.Class + " " + r.Rate.String() + " " + r.Scope.String() + r.fairText()
 		}
 		if names[r.Name] {
 			return fail(fmt.Errorf("duplicate name %q", r.Name))
 		}
 		names[r.Name] = true
-		id := ruleIdentity{class: r.Class, name: r.Name, rate: r.Rate, burst: r.Burst, scope: r.Scope, shadow: r.Shadow, penalty: r.Penalty}
+		id := ruleIdentity{class: r.Class, name: r.Name, rate: r.Rate, burst: r.Burst, scope: r.Scope, shadow: r.Shadow, penalty: r.Penalty, fair: r.Fair}
 		if k, ok := old.keptFor(id); ok && r.Limiter == nil {
 			r.Limiter = k.final
 			rs.kept[id] = k
@@ -324,7 +339,10 @@ func newRuleTable(rules []Rule, ex *exemptions, opts []Option, old *ruleTable, w
 			}
 			rs.built = append(rs.built, tb)
 			k := keptLimiter{base: tb, final: tb}
-			if k.final, err = wrapPenalty(r, tb, opts); err != nil {
+			if k.final, err = wrapFair(r, tb, opts); err != nil {
+				return fail(err)
+			}
+			if k.final, err = wrapPenalty(r, k.final, opts); err != nil {
 				return fail(err)
 			}
 			if r.Shadow {
@@ -431,8 +449,9 @@ func (s *RuleSet) Rules() []Rule { return append([]Rule(nil), s.rules...) }
 // saying that no limit applied. So is an exempt subject answered (see
 // Rules.Exempt), before any key is asked for, and nothing is recorded.
 //
-// A per-user rule with who.User == "" or a per-IP rule with who.IP == ""
-// returns an error matching ErrNoKey, and nothing is recorded. Check does
+// A rule keyed per user with who.User == "" or per IP with who.IP == ""
+// (see Rule.KeyScope: a fair rule is keyed by its tenant) returns an error
+// matching ErrNoKey, and nothing is recorded. Check does
 // not allocate for up to 8 rules of in-memory limiters.
 func (s *RuleSet) Check(ctx context.Context, who Subject, n int) (MultiDecision, error) {
 	if s.exempt != nil && s.exempt.covers(who) {
@@ -446,7 +465,7 @@ func (s *RuleSet) Check(ctx context.Context, who Subject, n int) (MultiDecision,
 	for i := range s.rules {
 		r := &s.rules[i]
 		var key string
-		switch r.Scope {
+		switch r.KeyScope() {
 		case PerUser:
 			if key = who.User; key == "" {
 				return MultiDecision{}, fmt.Errorf("%w: rule %q counts per user and the request has none", ErrNoKey, r.Name)

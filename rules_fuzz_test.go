@@ -20,6 +20,8 @@ func FuzzParseRules(f *testing.F) {
 		"x: 0/s global", "x: 1/s burst 0 global", "x: 1/s as", ": 1/s global", "x 1/s global",
 		"x: 9223372036854775807/ns global", "x: 1/106751d burst 2 global", "x: 1_000/h PER IP",
 		"POST /login: 5/m per ip block 15m after 5", "x: 1/s global block 1h30m after 3 within 90s shadow as b",
+		"*: 1000/s global fair per user", "*: 5/m burst 2 global fair per ip block 1m after 2 shadow as f",
+		"*: 1/s per user fair per user", "*: 1/s global fair per global", "*: 1/s global fair",
 	} {
 		f.Add(s)
 	}
@@ -41,8 +43,11 @@ func FuzzParseRules(f *testing.F) {
 					continue
 				}
 				seen[r.Name] = true
-				b.WriteString(r.Class + ": " + r.Rate.String() + " burst " + strconv.Itoa(r.Burst) + " " + r.Scope.String() + r.Penalty.text())
-				if r.Name != r.Class+" "+r.Rate.String()+" "+r.Scope.String() {
+				b.WriteString(r.Class + ": " + r.Rate.String() + " burst " + strconv.Itoa(r.Burst) + " " + r.Scope.String() + r.fairText() + r.Penalty.text())
+				if r.Shadow {
+					b.WriteString(" shadow")
+				}
+				if r.Name != r.Class+" "+r.Rate.String()+" "+r.Scope.String()+r.fairText() {
 					b.WriteString(" as " + r.Name)
 				}
 				b.WriteString("\n")
@@ -60,7 +65,7 @@ func FuzzParseRules(f *testing.F) {
 			}
 			for i := range want {
 				g, w := got[i], want[i]
-				if g.Class != w.Class || g.Name != w.Name || g.Rate != w.Rate || g.Burst != w.Burst || g.Scope != w.Scope || g.Penalty != w.Penalty {
+				if g.Class != w.Class || g.Name != w.Name || g.Rate != w.Rate || g.Burst != w.Burst || g.Scope != w.Scope || g.Penalty != w.Penalty || g.Fair != w.Fair || g.Shadow != w.Shadow {
 					t.Fatalf("class %q rule %d: read back %+v, want %+v (written %q)", c, i, g, w, b.String())
 				}
 			}

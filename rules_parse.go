@@ -72,7 +72,7 @@ func (r Rule) text() string {
 	if r.Burst != 0 {
 		t += " burst " + strconv.Itoa(r.Burst)
 	}
-	t += " " + r.Scope.String() + r.Penalty.text()
+	t += " " + r.Scope.String() + r.fairText() + r.Penalty.text()
 	if r.Shadow {
 		t += " shadow"
 	}
@@ -99,11 +99,13 @@ func quoteRule(t string) string {
 //	POST /friends: 150/day              per user
 //	GET /search:   30/m      burst 10   per ip    as search
 //	GET /export:   5/m                  per user  shadow
-//	*:             10,000/s             global
+//	*:             10,000/s             global    fair per user
 //
 // The class ends at the first colon followed by a space or tab; the rate
 // is as ParseRate reads it, and its count may group digits with "," or "_";
-// the scope is "per user", "per ip" or "global"; "shadow" after the scope
+// the scope is "per user", "per ip" or "global"; "fair per user" or "fair
+// per ip" after "global" splits the global limit fairly among the users or
+// client addresses that use it (Rule.Fair); "shadow" after the scope
 // tries the rule without enforcing it (Rule.Shadow); "as" names the rule
 // (the rest of the line). Blank lines and text after "#" are ignored.
 //
@@ -183,6 +185,9 @@ func parseRule(line string) (Rule, error) {
 		f = f[:i]
 	}
 	if f, r.Penalty, err = parsePenalty(f); err != nil {
+		return r, err
+	}
+	if f, r.Fair, err = parseFair(f); err != nil {
 		return r, err
 	}
 	if len(f) >= 1 && strings.EqualFold(f[len(f)-1], "shadow") {

@@ -24,7 +24,8 @@ var ErrFrozenRules = errors.New("ratelimit: a snapshot of rules cannot be reload
 // Reload replaces the rules with those of config, read as ParseRules reads
 // it, atomically: every Check from then on decides under the new rules,
 // and one in flight finishes under the old. A rule whose class, name,
-// rate, burst, scope and shadow flag are unchanged keeps its limiter, so
+// rate, burst, scope, shadow flag, penalty and fair modifier are unchanged
+// keeps its limiter (a fair rule its Fair and its bucket), so
 // its keys keep their state (a key exhausted before stays exhausted);
 // every other rule starts afresh, and the limiters of rules that are gone
 // are closed. The limiters are built with the options the rules were

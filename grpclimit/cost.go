@@ -163,7 +163,7 @@ func (s *ServerLimit) chargeRules(ctx context.Context, method string, cv *classV
 	limits := make([]charge.Limit, len(cv.limits))
 	copy(limits, cv.limits)
 	for i := range limits {
-		switch r := &cv.rules[i]; r.Scope {
+		switch r := &cv.rules[i]; r.KeyScope() {
 		case ratelimit.PerUser:
 			if limits[i].Key = who.User; who.User == "" {
 				return nil, c.onError(ctx, method, fmt.Errorf("%w: rule %q counts per user and the call has none", ErrNoKey, r.Name))

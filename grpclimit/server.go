@@ -446,8 +446,8 @@ func newClassView(set *ratelimit.RuleSet) *classView {
 		item := field.String(r.Name)
 		cv.items = append(cv.items, item)
 		policy = append(policy, field.PolicyItem(item, r.Burst, r.Window()))
-		cv.needUser = cv.needUser || r.Scope == ratelimit.PerUser
-		cv.needIP = cv.needIP || r.Scope == ratelimit.PerIP
+		cv.needUser = cv.needUser || r.KeyScope() == ratelimit.PerUser
+		cv.needIP = cv.needIP || r.KeyScope() == ratelimit.PerIP
 	}
 	cv.policy = strings.Join(policy, ", ")
 	if !canTake {

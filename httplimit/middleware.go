@@ -680,12 +680,12 @@ func newClassView(set *ratelimit.RuleSet) *classView {
 	limits, canTake := charge.LimitsOf(rules)
 	cv.limits = limits
 	for _, r := range rules {
-		cv.scopes = append(cv.scopes, r.Scope)
+		cv.scopes = append(cv.scopes, r.KeyScope())
 		item := field.String(r.Name)
 		cv.names = append(cv.names, r.Name)
 		cv.items = append(cv.items, item)
-		cv.needUser = cv.needUser || r.Scope == ratelimit.PerUser
-		cv.needIP = cv.needIP || r.Scope == ratelimit.PerIP
+		cv.needUser = cv.needUser || r.KeyScope() == ratelimit.PerUser
+		cv.needIP = cv.needIP || r.KeyScope() == ratelimit.PerIP
 		if r.Shadow {
 			cv.shadows++
 			continue

@@ -376,7 +376,7 @@ func (s *setState) index() error {
 	newStat := func(rule ratelimit.Rule) {
 		if _, ok := s.byName[rule.Name]; !ok {
 			s.byName[rule.Name] = len(s.stats)
-			s.stats = append(s.stats, ruleStats{name: rule.Name, shadow: rule.Shadow, scope: rule.Scope.String(), scopeV: rule.Scope, rate: rule.Rate, minutes: make(map[int64]int64)})
+			s.stats = append(s.stats, ruleStats{name: rule.Name, shadow: rule.Shadow, scope: rule.Scope.String(), scopeV: rule.KeyScope(), rate: rule.Rate, minutes: make(map[int64]int64)})
 			if s.r.opts.Detail {
 				st := &s.stats[len(s.stats)-1]
 				st.seenMin, st.peaks = make(map[int64]int64), make(map[string]*peakState)
@@ -408,8 +408,8 @@ func (s *setState) index() error {
 		c := &classState{set: set}
 		for _, rule := range set.Rules() {
 			c.rules = append(c.rules, s.byName[rule.Name])
-			c.needUser = c.needUser || rule.Scope == ratelimit.PerUser
-			c.needIP = c.needIP || rule.Scope == ratelimit.PerIP
+			c.needUser = c.needUser || rule.KeyScope() == ratelimit.PerUser
+			c.needIP = c.needIP || rule.KeyScope() == ratelimit.PerIP
 		}
 		return c
 	}
@@ -490,7 +490,7 @@ func (s *setState) Observe(e ratelimit.Event) {
 
 type ruleStats struct {
 	name, scope   string
-	scopeV        ratelimit.Scope
+	scopeV        ratelimit.Scope // what keys the rule (Rule.KeyScope): a fair rule its tenant
 	shadow        bool
 	seen, refused int64
 	keys          map[string]int64

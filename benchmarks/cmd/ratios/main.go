@@ -193,7 +193,7 @@ func median(vs []float64) float64 {
 
 // baselines are the implementations ratios are taken against, by
 // preference: the first one present in a scenario is its baseline.
-var baselines = []string{"xrate", "xrate-map", "xsync-semaphore"}
+var baselines = []string{"xrate", "xrate-map", "xsync-semaphore", "shared-tokenbucket"}
 
 // baseline returns the baseline implementation of scenario, if it ran.
 func (r *results) baseline(scenario, unit string) (string, float64, bool) {
@@ -258,6 +258,7 @@ var timeGroups = []struct {
 	{"OneKey", "One key", false},
 	{"Keys", "Many keys, allow path", false},
 	{"Bulkhead", "Bulkhead, TryAcquire+Release", false},
+	{"Fair", "Fair share: Fair.Allow for known tenants within their shares, against the Allow of its shared token bucket", true},
 	{"Contended/op=tokenbucket", "Contended: one key (token bucket, allow path) from GOMAXPROCS goroutines", true},
 	{"Contended/op=bulkhead", "Contended: one bulkhead, TryAcquire+Release from GOMAXPROCS goroutines", true},
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -171,6 +172,19 @@ func (r *results) checks() []check {
 	add(r.ratioCheck("bulkhead, serial: ≤ 0.6× x/sync/semaphore", "Bulkhead/run=serial", "ours-bulkhead", "", "xsync-semaphore", 0.6))
 	add(r.fasterCheck("bulkhead, parallel: faster than x/sync/semaphore", "Bulkhead/run=parallel", "ours-bulkhead", "xsync-semaphore"))
 
+	// Fair share: Fair.Allow within 2× the Allow of the token bucket it
+	// shares, and no allocation, at each tenant count that ran.
+	for _, sc := range r.scenarios {
+		if tenants, ok := strings.CutPrefix(sc, "Fair/"); ok {
+			add(r.pairedCheck("fair Allow, "+tenants+": ≤ 2× plain Allow of its shared token bucket", sc, "ours-fair", "shared-tokenbucket", 2))
+			c := check{target: "fair Allow, " + tenants + ": 0 allocs/op"}
+			if a, ok := r.get(sc, "ours-fair", "allocs/op"); ok {
+				c.ran, c.met, c.measured = true, a == 0, num(a)
+			}
+			add(c)
+		}
+	}
+
 	// Contended: one key and one bulkhead from every core, at each
 	// GOMAXPROCS that ran.
 	for _, sc := range r.scenarios {
@@ -187,6 +201,28 @@ func (r *results) checks() []check {
 		}
 	}
 	return cs
+}
+
+// pairedCheck is ratioCheck for two implementations sampled in the same
+// rounds: it also gives the spread of the per-round ratios (sample i of
+// impl over sample i of base), min–max, which says more than the spread of
+// either alone on a shared machine.
+func (r *results) pairedCheck(target, scenario, impl, base string, limit float64) check {
+	c := r.ratioCheck(target, scenario, impl, "", base, limit)
+	a := r.samples[key{scenario, impl}]["ns/op"]
+	b := r.samples[key{scenario, base}]["ns/op"]
+	if !c.ran || len(a) != len(b) || len(a) < 2 {
+		return c
+	}
+	rs := make([]float64, len(a))
+	for i := range a {
+		if b[i] <= 0 {
+			return c
+		}
+		rs[i] = a[i] / b[i]
+	}
+	c.measured += fmt.Sprintf("; per round %.2f–%.2f× over %d", slices.Min(rs), slices.Max(rs), len(rs))
+	return c
 }
 
 // spreadCheck checks that the max/min of impl's ns/op samples in scenario
