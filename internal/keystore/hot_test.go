@@ -194,6 +194,7 @@ func TestHotHintFollowsContention(t *testing.T) {
 // insert may be writing: under -race such a read is reported.
 func TestHotHintStaleAcrossCompaction(t *testing.T) {
 	st := newTestStore(0, 1)
+	st.splits = false // one table throughout
 	sh := &st.shards[0]
 	const old = 2000
 	for i := range old {

@@ -372,6 +372,7 @@ func TestStoreLoad(t *testing.T) {
 // mostly empty, with its arena; dropping every key frees both.
 func TestStoreSweepGivesMemoryBack(t *testing.T) {
 	st := newTestStore(0, 1)
+	st.splits = false // one table of 10k keys
 	sh := &st.shards[0]
 	const keys = 10_000
 	for i := 0; i < keys; i++ {
