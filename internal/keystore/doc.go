@@ -136,6 +136,13 @@
 //     reader goes the usual way and makes its key the hint. The hint is
 //     written only when it changes, and cleared when the table is
 //     rebuilt, so it holds no old table alive.
+//  14. The global key "" is one key like any other to every rule above:
+//     held in its shard's table, counted, swept, evicted and flagged like
+//     the rest. Only the way to it is shorter: its hash is computed once,
+//     and its shard's hot-key hint (rule 13) is made to point at it each
+//     time a call on it goes the usual way, not only after contention, so
+//     that a call on it is a compare-and-swap on the hinted header and a
+//     one-byte check of the arena, without hashing or probing.
 //
 // Tables have any size, not only powers of two (a key's home slot is its
 // tag scaled to the table's length), and grow by a quarter at a load of

@@ -50,17 +50,20 @@ type Store[S any] struct {
 	// shard that would grow past splitKeys splits in two instead (see
 	// split), so entries change and the directory doubles; a new
 	// directory is published whole, its entries changed in place.
-	dir         atomic.Pointer[directory[S]]
-	dirMu       sync.Mutex  // serialises splits' changes to dir; taken after a shard's mu
-	split       []*shard[S] // the shards made by splits, under dirMu
-	splits      bool        // whether shards split (no cap)
-	perShardMax int         // 0: no cap
-	maxKeys     int
-	arenaMax    uint64          // the most key bytes a shard's arena holds: maxArena but in tests
-	secret      *keyhash.Secret // keeps long keys (rule 10)
-	init        func(s *S, key string, now int64) bool
-	atRest      func(s *S, flagged bool, key []byte, now int64) bool
-	evicted     func() // nil: none (Config.Evicted)
+	dir    atomic.Pointer[directory[S]]
+	dirMu  sync.Mutex  // serialises splits' changes to dir; taken after a shard's mu
+	split  []*shard[S] // the shards made by splits, under dirMu
+	splits bool        // whether shards split (no cap)
+	// global and globalTag are the hash and tag of the global key ""
+	// (rule 14), computed once.
+	global, globalTag uint64
+	perShardMax       int // 0: no cap
+	maxKeys           int
+	arenaMax          uint64          // the most key bytes a shard's arena holds: maxArena but in tests
+	secret            *keyhash.Secret // keeps long keys (rule 10)
+	init              func(s *S, key string, now int64) bool
+	atRest            func(s *S, flagged bool, key []byte, now int64) bool
+	evicted           func() // nil: none (Config.Evicted)
 }
 
 // directory is the map from a key's hash to its shard.
@@ -240,6 +243,8 @@ func New[S any](cfg Config, init func(s *S, key string, now int64) bool, atRest 
 		atRest:      atRest,
 		evicted:     cfg.Evicted,
 	}
+	st.global = maphash.String(st.seed, "")
+	st.globalTag = tagOf(st.global)
 	st.dir.Store(d)
 	return st
 }
@@ -328,10 +333,31 @@ func keyAt(b []byte, off uint64, key string) bool {
 // For a key already held, Take takes no shared lock and allocates
 // nothing (rule 3).
 func (st *Store[S]) Take(key string, now int64, create bool) (h Handle[S], fresh bool) {
+	if len(key) == 0 {
+		return st.takeGlobal(now, create)
+	}
 	if len(key) > keyhash.Short {
 		key = st.keep(key)
 	}
 	return st.take(key, maphash.String(st.seed, key), now, create)
+}
+
+// takeGlobal is Take for the global key "" (rule 14): no hash (the
+// store's hash of "" is computed once) and, while its shard's hint holds
+// it, no probe either: the hint's compare-and-swap takes it. Any other way
+// in (a new key, a key moved, the hint taken by another hot key) makes it
+// the hint again.
+func (st *Store[S]) takeGlobal(now int64, create bool) (Handle[S], bool) {
+	d := st.dir.Load()
+	sh := d.shards[st.global&d.mask].Load()
+	if sl, rel, _ := sh.takeHot("", st.globalTag); sl != nil {
+		return Handle[S]{sl: sl, rel: rel, sh: sh}, false
+	}
+	h, fresh := st.take("", st.global, now, create)
+	if h.sl != nil {
+		h.sh.remember(h.sl, h.rel)
+	}
+	return h, fresh
 }
 
 // take is Take for key in the form the store keeps it, whose hash is hs.
