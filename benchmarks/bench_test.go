@@ -186,6 +186,29 @@ func BenchmarkOneKey(b *testing.B) {
 						defer closeLimiter(lim)
 						runParallel(b, lim.allow, keys, p.allow, im.outOfOrder && p.allow)
 					})
+					if !strings.HasPrefix(im.name, "ours-") {
+						return
+					}
+					// Our limiters on the global key "", the one a
+					// single limiter of the peers' stands for.
+					global := []string{""}
+					b.Run("key=global", func(b *testing.B) {
+						newGlobal := func() limiter {
+							lim := im.build(p.spec)
+							lim.allow("")
+							return lim
+						}
+						b.Run("run=serial", func(b *testing.B) {
+							lim := newGlobal()
+							defer closeLimiter(lim)
+							runSerial(b, lim.allow, global, p.allow)
+						})
+						b.Run("run=parallel", func(b *testing.B) {
+							lim := newGlobal()
+							defer closeLimiter(lim)
+							runParallel(b, lim.allow, global, p.allow, im.outOfOrder && p.allow)
+						})
+					})
 				})
 			}
 		})

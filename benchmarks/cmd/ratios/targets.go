@@ -82,6 +82,7 @@ func (r *results) checks() []check {
 		sc := "OneKey/path=" + path + "/run=serial"
 		add(r.ratioCheck("one key, "+path+", serial: ≤ 0.45× xrate", sc, ourTB, "", "xrate", 0.45))
 		add(r.ratioCheck("one key, "+path+", serial: ≤ 1.0× failsafe (a single limiter, no key to find)", sc, ourTB, "", "failsafe", 1.0))
+		add(r.ratioCheck("one key, "+path+", serial, our global key \"\": ≤ 1.0× failsafe", "OneKey/path="+path+"/key=global/run=serial", ourTB, sc, "failsafe", 1.0))
 		c := check{target: "one key, " + path + ", serial: ≤ 1.25× (time.Since + CAS)"}
 		if ns, ok := r.get(sc, ourTB, "ns/op"); ok && ok1 && ok2 {
 			floor := since + cas
