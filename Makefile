@@ -86,7 +86,7 @@ lint: vet
 COUNT ?= 6
 BENCHTIME ?= 300ms
 BENCH ?= .
-MEMBENCH ?= $(if $(filter .,$(BENCH)),^BenchmarkMemory$$,)
+MEMBENCH ?= $(if $(filter .,$(BENCH)),^Benchmark(Memory|Growth)$$,)
 MEMCOUNT ?= 1
 CONTENDED ?= $(if $(filter .,$(BENCH)),^BenchmarkContended$$,$(if $(findstring Contended,$(BENCH)),$(BENCH),))
 CPUS ?= 1,2,4,8
@@ -101,7 +101,7 @@ bench:
 	: > $(BENCHRAW)
 	for i in $$(seq $(COUNT)); do \
 		echo "== round $$i of $(COUNT)"; \
-		./benchmarks.test -test.run '^$$' -test.bench '$(BENCH)' -test.skip '^Benchmark(Memory|Redis|Contended)$$' \
+		./benchmarks.test -test.run '^$$' -test.bench '$(BENCH)' -test.skip '^Benchmark(Memory|Growth|Redis|Contended)$$' \
 			-test.benchtime $(BENCHTIME) | tee -a $(BENCHRAW); \
 		if [ -n '$(CONTENDED)' ]; then ./benchmarks.test -test.run '^$$' -test.bench '$(CONTENDED)' \
 			-test.cpu $(CPUS) -test.benchtime $(BENCHTIME) | tee -a $(BENCHRAW); fi; \

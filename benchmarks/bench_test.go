@@ -1,6 +1,7 @@
 package benchmarks
 
 import (
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/ratelimitkit/ratelimit"
 )
@@ -184,6 +186,29 @@ func BenchmarkOneKey(b *testing.B) {
 						defer closeLimiter(lim)
 						runParallel(b, lim.allow, keys, p.allow, im.outOfOrder && p.allow)
 					})
+					if !strings.HasPrefix(im.name, "ours-") {
+						return
+					}
+					// Our limiters on the global key "", the one a
+					// single limiter of the peers' stands for.
+					global := []string{""}
+					b.Run("key=global", func(b *testing.B) {
+						newGlobal := func() limiter {
+							lim := im.build(p.spec)
+							lim.allow("")
+							return lim
+						}
+						b.Run("run=serial", func(b *testing.B) {
+							lim := newGlobal()
+							defer closeLimiter(lim)
+							runSerial(b, lim.allow, global, p.allow)
+						})
+						b.Run("run=parallel", func(b *testing.B) {
+							lim := newGlobal()
+							defer closeLimiter(lim)
+							runParallel(b, lim.allow, global, p.allow, im.outOfOrder && p.allow)
+						})
+					})
 				})
 			}
 		})
@@ -195,7 +220,14 @@ func BenchmarkOneKey(b *testing.B) {
 // cycled through in key order, from one goroutine and from GOMAXPROCS
 // goroutines, each on its own share of the keys (see runParallel). One
 // limiter per implementation and key count is populated and shared by the
-// serial and parallel runs: 1M keys are inserted once per process.
+// runs: 1M keys are inserted once per process.
+//
+// In the run=serial and run=parallel rows each call's key is built afresh,
+// as a request's would be cut from its bytes: its hex digits written into
+// the calling goroutine's own 10-byte buffer (see freshKey), so that the
+// string a limiter is given is never one it stored. The key=prebuilt rows
+// are the earlier form: the keys are substrings of one buffer built before
+// the run, walked in order.
 func BenchmarkKeys(b *testing.B) {
 	for _, kc := range keyCounts {
 		b.Run("keys="+kc.name, func(b *testing.B) {
@@ -213,15 +245,81 @@ func BenchmarkKeys(b *testing.B) {
 						}
 					}
 					b.Run("run=serial", func(b *testing.B) {
-						runSerial(b, lim.allow, keys, true)
+						runSerialFresh(b, lim.allow, kc.n)
 					})
 					b.Run("run=parallel", func(b *testing.B) {
-						runParallel(b, lim.allow, keys, true, false)
+						runParallelFresh(b, lim.allow, kc.n)
+					})
+					b.Run("key=prebuilt", func(b *testing.B) {
+						b.Run("run=serial", func(b *testing.B) {
+							runSerial(b, lim.allow, keys, true)
+						})
+						b.Run("run=parallel", func(b *testing.B) {
+							runParallel(b, lim.allow, keys, true, false)
+						})
 					})
 					runtime.GC() // free this limiter before the next is built
 				})
 			}
 		})
+	}
+}
+
+// freshKey writes key i of keySet ("k:" and eight hex digits) into buf and
+// returns it as a string that aliases buf: valid until buf is written
+// again. Every key it is asked for is already in the limiter, which
+// therefore keeps none of them.
+func freshKey(buf *[10]byte, i int) string {
+	const hex = "0123456789abcdef"
+	buf[0], buf[1] = 'k', ':'
+	for j := range 8 {
+		buf[2+j] = hex[i>>(28-4*j)&0xf]
+	}
+	return unsafe.String(&buf[0], len(buf))
+}
+
+// runSerialFresh is runSerial over keys 0 to n-1 of keySet, each built
+// afresh by freshKey for its call.
+func runSerialFresh(b *testing.B, allow func(string) bool, n int) {
+	b.ReportAllocs()
+	var buf [10]byte
+	i, wrong := 0, 0
+	for b.Loop() {
+		if !allow(freshKey(&buf, i)) {
+			wrong++
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
+	if wrong > 0 {
+		b.Fatalf("%d of %d calls were not on the allow path", wrong, b.N)
+	}
+}
+
+// runParallelFresh is runParallel over keys 0 to n-1 of keySet, each
+// built afresh by freshKey in its goroutine's own buffer.
+func runParallelFresh(b *testing.B, allow func(string) bool, n int) {
+	b.ReportAllocs()
+	procs := runtime.GOMAXPROCS(0)
+	var seq, wrong atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		g := int(seq.Add(1)-1) % procs
+		lo, hi := g*n/procs, (g+1)*n/procs
+		buf := new([10]byte)
+		i, w := lo, 0
+		for pb.Next() {
+			if !allow(freshKey(buf, i)) {
+				w++
+			}
+			if i++; i == hi {
+				i = lo
+			}
+		}
+		wrong.Add(int64(w))
+	})
+	if w := wrong.Load(); w > 0 {
+		b.Fatalf("%d of %d calls were not on the allow path", w, b.N)
 	}
 }
 
@@ -362,6 +460,82 @@ func memoryFlood(b *testing.B, im impl, keys []string) {
 		b.ReportMetric(idlePerKey/n, "idle-B/key")
 		b.ReportMetric(idlePct/n, "idle-%")
 	}
+}
+
+// growthKeys is how many new keys BenchmarkGrowth sends: at about 50 B a
+// key, half a gigabyte of store.
+const growthKeys = 10_000_000
+
+// BenchmarkGrowth floods our limiters with 10M new keys, one Allow each,
+// timing every call, and reports the worst single call (worst-ns), the
+// 99.99th percentile (p9999-ns), how many calls took longer than 200 µs
+// (over200us), what a new key costs (ns/key), and the live heap retained
+// per key at the end (B/key). The store grows all the way from empty, so
+// the worst call is bounded by the largest pause a growing table makes its
+// caller (or a reader of its shard) wait, plus what the machine adds: a
+// garbage collection's stop, the process descheduled. Each call's key is
+// built afresh in one buffer (see freshKey); the store keeps a copy. It is
+// ours only: the peers' maps rehash whole as they grow, a pause this
+// benchmark would only restate. Skipped with -short; run with
+// -benchtime 1x: each iteration is a whole flood (about 10 s and 1 GiB).
+func BenchmarkGrowth(b *testing.B) {
+	if testing.Short() {
+		b.Skip("a flood of 10M keys: skipped with -short")
+	}
+	b.Run("keys=10M", func(b *testing.B) {
+		for _, im := range impls {
+			if im.name != ourTB && im.name != "ours-fixedwindow" {
+				continue
+			}
+			b.Run("impl="+im.name, func(b *testing.B) { growthFlood(b, im) })
+		}
+	})
+}
+
+// ourTB is our token bucket, the reference of the targets.
+const ourTB = "ours-tokenbucket"
+
+// growthFlood is one row of BenchmarkGrowth.
+func growthFlood(b *testing.B, im impl) {
+	took := make([]int32, growthKeys) // allocated before the heap is measured
+	var worst, p9999, over, nsPerKey, perKey float64
+	for range b.N {
+		s := keyedSpec
+		s.clock = ratelimit.NewManualClock(time.Unix(1_700_000_000, 0))
+		base := liveHeap()
+		lim := im.build(s)
+		var buf [10]byte
+		start := time.Now()
+		for i := range growthKeys {
+			t0 := time.Since(start)
+			ok := lim.allow(freshKey(&buf, i))
+			took[i] = int32(min(time.Since(start)-t0, math.MaxInt32))
+			if !ok {
+				b.Fatalf("%s denied new key %d", im.name, i)
+			}
+		}
+		nsPerKey += float64(time.Since(start)) / growthKeys
+		perKey += (float64(liveHeap()) - float64(base)) / growthKeys
+		closeLimiter(lim)
+		runtime.KeepAlive(lim)
+		n := 0
+		for _, d := range took {
+			if d > 200_000 {
+				n++
+			}
+		}
+		over += float64(n)
+		slices.Sort(took)
+		worst += float64(took[len(took)-1])
+		p9999 += float64(took[len(took)-1-len(took)/10_000])
+	}
+	n := float64(b.N)
+	b.ReportMetric(0, "ns/op") // a whole flood: see ns/key
+	b.ReportMetric(worst/n, "worst-ns")
+	b.ReportMetric(p9999/n, "p9999-ns")
+	b.ReportMetric(over/n, "over200us")
+	b.ReportMetric(nsPerKey/n, "ns/key")
+	b.ReportMetric(perKey/n, "B/key")
 }
 
 // BenchmarkBulkhead measures TryAcquire followed by Release on a bulkhead

@@ -78,8 +78,8 @@ func benchKeyCap(b *testing.B, capKeys int) {
 	// run sends n new keys in chunks, each followed by a round over the
 	// held keys.
 	probed := func() (sum uint64) {
-		for i := range st.shards {
-			sum += st.shards[i].probed
+		for _, sh := range st.allShards() {
+			sum += sh.probed
 		}
 		return sum
 	}
@@ -224,6 +224,74 @@ func BenchmarkHotKeys(b *testing.B) {
 					}
 				}
 			})
+		})
+	}
+}
+
+// BenchmarkGrowth sends 10M new keys, one Take and Release each, to a
+// store without a cap of 64 shards (the limiters' default), timing every
+// call, with shards splitting as they fill (split=on, the store as built)
+// and growing whole (split=off, as before splits). It reports the slowest
+// call (worst-ns), the 99.99th percentile (p9999-ns), how many calls took
+// longer than 200 µs (over200us), ns per key, the shards at the end, and
+// worst-pass-slots: the most slots one pass over a table walked under a
+// shard's mutex (a rebuild, a pre-growth sweep, a split), the pause a
+// growing store makes the call that grows it, a count untouched by the
+// machine's noise. Skipped with -short; run with -benchtime 1x (each
+// iteration is a whole flood, about 10 s and 1 GiB).
+func BenchmarkGrowth(b *testing.B) {
+	if testing.Short() {
+		b.Skip("a flood of 10M keys: skipped with -short")
+	}
+	const keys = 10_000_000
+	took := make([]int32, keys)
+	for _, split := range []bool{true, false} {
+		name := "split=on"
+		if !split {
+			name = "split=off"
+		}
+		b.Run(name, func(b *testing.B) {
+			var worst, p9999, over, nsPerKey, pass, shards float64
+			for range b.N {
+				st := newTestStore(0, 64)
+				st.splits = split
+				buf := []byte("key-")
+				start := time.Now()
+				for i := range keys {
+					buf = strconv.AppendInt(buf[:4], int64(i), 10)
+					t0 := time.Since(start)
+					h, _ := st.Take(string(buf), 0, true) // no allocation: the store copies the key
+					h.State().v = 1
+					h.Release()
+					took[i] = int32(min(time.Since(start)-t0, math.MaxInt32))
+				}
+				nsPerKey += float64(time.Since(start)) / keys
+				all := st.allShards()
+				shards += float64(len(all))
+				p := 0
+				for _, sh := range all {
+					p = max(p, sh.pass)
+				}
+				pass += float64(p)
+				n := 0
+				for _, d := range took {
+					if d > 200_000 {
+						n++
+					}
+				}
+				over += float64(n)
+				slices.Sort(took)
+				worst += float64(took[keys-1])
+				p9999 += float64(took[keys-1-keys/10_000])
+			}
+			n := float64(b.N)
+			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(worst/n, "worst-ns")
+			b.ReportMetric(p9999/n, "p9999-ns")
+			b.ReportMetric(over/n, "over200us")
+			b.ReportMetric(nsPerKey/n, "ns/key")
+			b.ReportMetric(shards/n, "shards")
+			b.ReportMetric(pass/n, "worst-pass-slots")
 		})
 	}
 }

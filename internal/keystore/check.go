@@ -2,18 +2,19 @@ package keystore
 
 import (
 	"fmt"
+	"hash/maphash"
 	"sync/atomic"
 )
 
 // Check verifies every shard's tables against rules 9 and 10: each key is
 // found from its home slot without crossing an empty slot, no slot is
 // left locked, no key is held twice, the shard's key count is what its
-// table holds, and the arena's dead bytes are what the keys do not use.
+// table holds, and the arena's dead bytes are what the keys do not use, and each key is
+// in the shard the directory sends its hash to.
 // It takes each shard's mutex in turn; it is for tests, with no call in
 // flight.
 func (st *Store[S]) Check() error {
-	for si := range st.shards {
-		sh := &st.shards[si]
+	for si, sh := range st.allShards() {
 		sh.mu.Lock()
 		err := st.checkShard(si, sh)
 		sh.mu.Unlock()
@@ -51,8 +52,15 @@ func (st *Store[S]) checkShard(si int, sh *shard[S]) error {
 			return fmt.Errorf("shard %d: key %q held twice", si, k)
 		}
 		seen[k] = true
-		if _, tag := st.hash(k); tag != w&tagBits {
+		h := maphash.String(st.seed, k)
+		if tag := tagOf(h); tag != w&tagBits {
 			return fmt.Errorf("shard %d slot %d: key %q has tag %x, slot %x", si, i, k, tag, w)
+		}
+		if h&sh.own != sh.pat {
+			return fmt.Errorf("shard %d slot %d: key %q (hash %#x) is not of the shard's hashes (%#x of %#x)", si, i, k, h, sh.pat, sh.own)
+		}
+		if d := st.dir.Load(); d.shards[h&d.mask].Load() != sh {
+			return fmt.Errorf("shard %d: key %q is held by a shard the directory does not send it to", si, k)
 		}
 		for j := home(w, n); j != i; j = (j + 1) % n {
 			if atomic.LoadUint64(&slots[j].hdr) == 0 {

@@ -54,14 +54,24 @@
 //     slots in a scattered order, so drops spread evenly over the hashes
 //     and probe runs stay as short as the load makes them; under a cap no
 //     shard holds more than maxShardKeys keys, bounding the pause of a
-//     rebuild, which runs under the shard's mutex.
+//     rebuild, which runs under the shard's mutex. Without a cap a shard
+//     that would grow past splitKeys keys splits in two instead: the keys
+//     whose hash has the shard's next bit set move to a new shard, which
+//     a directory indexed by the hash's low bits then sends them to. So
+//     no table, and no pass over one (a rebuild, a sweep, a split), is
+//     larger than a shard of about splitKeys keys makes it, whatever the
+//     number of keys: the store grows without a pause that grows with it.
 //  9. A table changes shape only under its shard's mutex, and touches a
 //     slot in use only while holding its lock bit: an insert publishes the
 //     slot's header last; a delete shifts the later keys of its probe run
 //     back (no tombstones), each locked at its old slot until overwritten;
 //     a rebuild locks every old slot for good and then publishes the new
-//     table. A reader either finds its key where it is or meets it locked
-//     and looks again, so no update is lost.
+//     table; a split does the same, publishing the new shard's table
+//     before the directory sends a key to it. A reader either finds its
+//     key where it is or meets it locked and looks again, so no update is
+//     lost; a key is inserted only under the mutex of the shard that holds
+//     its hashes, checked there, so a reader that read the directory
+//     before a split goes back to it rather than insert the key twice.
 //  10. A key's bytes are copied into its shard's arena and never change
 //     while a reader may compare them; an arena that must grow is copied
 //     into a new table value sharing the same slots. A shard holds at most
@@ -126,6 +136,13 @@
 //     reader goes the usual way and makes its key the hint. The hint is
 //     written only when it changes, and cleared when the table is
 //     rebuilt, so it holds no old table alive.
+//  14. The global key "" is one key like any other to every rule above:
+//     held in its shard's table, counted, swept, evicted and flagged like
+//     the rest. Only the way to it is shorter: its hash is computed once,
+//     and its shard's hot-key hint (rule 13) is made to point at it each
+//     time a call on it goes the usual way, not only after contention, so
+//     that a call on it is a compare-and-swap on the hinted header and a
+//     one-byte check of the arena, without hashing or probing.
 //
 // Tables have any size, not only powers of two (a key's home slot is its
 // tag scaled to the table's length), and grow by a quarter at a load of

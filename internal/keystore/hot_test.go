@@ -29,6 +29,7 @@ func TestHotHintAnyValue(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, tc := range []struct{ keys, steps int }{{12, 40_000}, {300, 80_000}, {3000, 80_000}} {
 		st := newTestStore(0, 1)
+		st.splits = false // one shard's hint throughout
 		sh := &st.shards[0]
 		ref := map[string]int64{}
 		// Two keys with the same tag, one of them hot, so that a hint can
@@ -194,6 +195,7 @@ func TestHotHintFollowsContention(t *testing.T) {
 // insert may be writing: under -race such a read is reported.
 func TestHotHintStaleAcrossCompaction(t *testing.T) {
 	st := newTestStore(0, 1)
+	st.splits = false // one table throughout
 	sh := &st.shards[0]
 	const old = 2000
 	for i := range old {

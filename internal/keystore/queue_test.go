@@ -89,8 +89,7 @@ func TestQueueNoLostUpdateOrWakeup(t *testing.T) {
 				if queued.Load() == 0 || parked.Load() == 0 {
 					t.Errorf("queue taken %d times, a waiter parked on a held slot %d times: the test did not reach the queue", queued.Load(), parked.Load())
 				}
-				for i := range st.shards {
-					sh := &st.shards[i]
+				for i, sh := range st.allShards() {
 					if !sh.queue.TryLock() {
 						t.Fatalf("shard %d: queue still held after every Release", i)
 					}

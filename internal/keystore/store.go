@@ -44,16 +44,32 @@ type Stats struct {
 // open-addressed tables, one per shard. See the package doc for its rules.
 // Build it with New; it is safe for concurrent use.
 type Store[S any] struct {
-	seed        maphash.Seed
-	shards      []shard[S]
-	shardMask   uint64
-	perShardMax int // 0: no cap
-	maxKeys     int
-	arenaMax    uint64          // the most key bytes a shard's arena holds: maxArena but in tests
-	secret      *keyhash.Secret // keeps long keys (rule 10)
-	init        func(s *S, key string, now int64) bool
-	atRest      func(s *S, flagged bool, key []byte, now int64) bool
-	evicted     func() // nil: none (Config.Evicted)
+	seed   maphash.Seed
+	shards []shard[S] // the shards the store starts with
+	// dir maps a key's hash to its shard: entry h&mask. Without a cap a
+	// shard that would grow past splitKeys splits in two instead (see
+	// split), so entries change and the directory doubles; a new
+	// directory is published whole, its entries changed in place.
+	dir    atomic.Pointer[directory[S]]
+	dirMu  sync.Mutex  // serialises splits' changes to dir; taken after a shard's mu
+	split  []*shard[S] // the shards made by splits, under dirMu
+	splits bool        // whether shards split (no cap)
+	// global and globalTag are the hash and tag of the global key ""
+	// (rule 14), computed once.
+	global, globalTag uint64
+	perShardMax       int // 0: no cap
+	maxKeys           int
+	arenaMax          uint64          // the most key bytes a shard's arena holds: maxArena but in tests
+	secret            *keyhash.Secret // keeps long keys (rule 10)
+	init              func(s *S, key string, now int64) bool
+	atRest            func(s *S, flagged bool, key []byte, now int64) bool
+	evicted           func() // nil: none (Config.Evicted)
+}
+
+// directory is the map from a key's hash to its shard.
+type directory[S any] struct {
+	mask   uint64
+	shards []atomic.Pointer[shard[S]]
 }
 
 type shard[S any] struct {
@@ -92,9 +108,17 @@ type shard[S any] struct {
 
 	inserts, evictedAtRest, evictedLRU uint64
 
+	// The shard holds the keys whose hash h has h&own == pat; own is
+	// 2^depth-1. Both change only in a split of the shard, under mu.
+	own, pat uint64
+
 	// probed counts the slots looked at under mu by lookups, inserts,
 	// evictions and deletes: their cost, which tests read.
 	probed uint64
+	// pass is the most slots one pass over a table (a rebuild, a sweep, a
+	// split) walked under mu: the longest pause it made, which tests and
+	// benchmarks read.
+	pass int
 
 	_ [64]byte // keep neighbouring shards apart
 }
@@ -131,6 +155,13 @@ const (
 	// pause that grows with its keys.
 	maxShardKeys = 1 << 13
 	maxShards    = 1 << 16
+
+	// splitKeys is the most keys a shard of a store without a cap holds
+	// before it splits in two (see split); maxSplitOwn bounds how far:
+	// up to 2^22 shards, 2^22·splitKeys keys before tables grow past
+	// their usual size.
+	splitKeys   = 1 << 9
+	maxSplitOwn = 1<<22 - 1
 
 	offMask  = 1<<32 - 1
 	lockBit  = 1 << 32
@@ -193,14 +224,17 @@ func New[S any](cfg Config, init func(s *S, key string, now int64) bool, atRest 
 		secret = keyhash.NewSecret()
 	}
 	shards := make([]shard[S], nshards)
+	d := &directory[S]{mask: uint64(nshards - 1), shards: make([]atomic.Pointer[shard[S]], nshards)}
 	for i := range shards {
 		shards[i].scram = rand.Uint64()
 		shards[i].park.Lock() // no token yet
+		shards[i].own, shards[i].pat = uint64(nshards-1), uint64(i)
+		d.shards[i].Store(&shards[i])
 	}
-	return &Store[S]{
+	st := &Store[S]{
 		seed:        maphash.MakeSeed(),
 		shards:      shards,
-		shardMask:   uint64(nshards - 1),
+		splits:      cfg.MaxKeys == 0,
 		perShardMax: perShard,
 		maxKeys:     cfg.MaxKeys,
 		arenaMax:    maxArena,
@@ -209,6 +243,10 @@ func New[S any](cfg Config, init func(s *S, key string, now int64) bool, atRest 
 		atRest:      atRest,
 		evicted:     cfg.Evicted,
 	}
+	st.global = maphash.String(st.seed, "")
+	st.globalTag = tagOf(st.global)
+	st.dir.Store(d)
+	return st
 }
 
 // Kept returns key as the store keeps it (rule 10): key itself if it is at
@@ -225,7 +263,21 @@ func (st *Store[S]) keep(key string) string { return st.secret.Keep(key) }
 
 func (st *Store[S]) hash(key string) (sh *shard[S], tag uint64) {
 	h := maphash.String(st.seed, key)
-	return &st.shards[h&st.shardMask], tagOf(h)
+	d := st.dir.Load()
+	return d.shards[h&d.mask].Load(), tagOf(h)
+}
+
+// allShards returns every shard of the store, those it started with and
+// those splits made.
+func (st *Store[S]) allShards() []*shard[S] {
+	st.dirMu.Lock()
+	out := make([]*shard[S], 0, len(st.shards)+len(st.split))
+	for i := range st.shards {
+		out = append(out, &st.shards[i])
+	}
+	out = append(out, st.split...)
+	st.dirMu.Unlock()
+	return out
 }
 
 // tagOf returns the tag of a key's hash, in place in a slot header: 28
@@ -281,13 +333,39 @@ func keyAt(b []byte, off uint64, key string) bool {
 // For a key already held, Take takes no shared lock and allocates
 // nothing (rule 3).
 func (st *Store[S]) Take(key string, now int64, create bool) (h Handle[S], fresh bool) {
+	if len(key) == 0 {
+		return st.takeGlobal(now, create)
+	}
 	if len(key) > keyhash.Short {
 		key = st.keep(key)
 	}
+	return st.take(key, maphash.String(st.seed, key), now, create)
+}
+
+// takeGlobal is Take for the global key "" (rule 14): no hash (the
+// store's hash of "" is computed once) and, while its shard's hint holds
+// it, no probe either: the hint's compare-and-swap takes it. Any other way
+// in (a new key, a key moved, the hint taken by another hot key) makes it
+// the hint again.
+func (st *Store[S]) takeGlobal(now int64, create bool) (Handle[S], bool) {
+	d := st.dir.Load()
+	sh := d.shards[st.global&d.mask].Load()
+	if sl, rel, _ := sh.takeHot("", st.globalTag); sl != nil {
+		return Handle[S]{sl: sl, rel: rel, sh: sh}, false
+	}
+	h, fresh := st.take("", st.global, now, create)
+	if h.sl != nil {
+		h.sh.remember(h.sl, h.rel)
+	}
+	return h, fresh
+}
+
+// take is Take for key in the form the store keeps it, whose hash is hs.
+func (st *Store[S]) take(key string, hs uint64, now int64, create bool) (h Handle[S], fresh bool) {
 	// Written out rather than calls to st.hash: the compiler does not
 	// inline it into a generic function's body today.
-	hs := maphash.String(st.seed, key)
-	sh := &st.shards[hs&st.shardMask]
+	d := st.dir.Load()
+	sh := d.shards[hs&d.mask].Load()
 	tag := tagOf(hs)
 	hinted := false
 	if sh.hotSlot.Load() != nil {
@@ -305,9 +383,9 @@ func (st *Store[S]) Take(key string, now int64, create bool) (h Handle[S], fresh
 		return Handle[S]{sl: sl, rel: rel, sh: sh}, false
 	}
 	if busy {
-		return st.takeQueued(sh, key, tag, now, create)
+		return st.takeQueued(sh, key, hs, now, create)
 	}
-	return st.takeSlow(sh, key, tag, now, create)
+	return st.takeSlow(sh, key, hs, now, create)
 }
 
 // takeHot takes key's slot through the shard's hot-key hint (rule 13): if
@@ -376,13 +454,14 @@ func (sh *shard[S]) forget() {
 // park, and there looks for the key again, parking until its slot is let
 // go if it is still locked after queueTries looks. It keeps the queue
 // until Release.
-func (st *Store[S]) takeQueued(sh *shard[S], key string, tag uint64, now int64, create bool) (Handle[S], bool) {
+func (st *Store[S]) takeQueued(sh *shard[S], key string, hs uint64, now int64, create bool) (Handle[S], bool) {
+	tag := tagOf(hs)
 	sh.queue.Lock()
 	for tries := 1; ; tries++ {
 		t, sl, w := sh.probe(key, tag)
 		if sl == nil { // gone meanwhile: no one to queue behind
 			sh.queue.Unlock()
-			return st.takeSlow(sh, key, tag, now, create)
+			return st.takeSlow(sh, key, hs, now, create)
 		}
 		if w&lockBit == 0 {
 			if atomic.CompareAndSwapUint64(&sl.hdr, w, w|lockBit) {
@@ -558,8 +637,16 @@ func (sh *shard[S]) find(key string, tag uint64, tries int) (*slot[S], uint64, b
 }
 
 // takeSlow is Take under the shard's mutex, for a key find did not settle.
-func (st *Store[S]) takeSlow(sh *shard[S], key string, tag uint64, now int64, create bool) (Handle[S], bool) {
+//
+// A shard that no longer holds the key's hashes (it split since the
+// caller read the directory) sends the caller back to the directory.
+func (st *Store[S]) takeSlow(sh *shard[S], key string, hs uint64, now int64, create bool) (Handle[S], bool) {
+	tag := tagOf(hs)
 	sh.mu.Lock()
+	if hs&sh.own != sh.pat {
+		sh.mu.Unlock()
+		return st.take(key, hs, now, create)
+	}
 	if t := sh.tab.Load(); t != nil {
 		i, probes := t.index(key, tag)
 		sh.probed += uint64(probes)
@@ -581,6 +668,9 @@ func (st *Store[S]) takeSlow(sh *shard[S], key string, tag uint64, now int64, cr
 	}
 	sl, w := st.insert(sh, key, tag, now)
 	sh.mu.Unlock()
+	if sl == nil { // the shard split: key's may be the other half
+		return st.take(key, hs, now, create)
+	}
 	return Handle[S]{sl: sl, rel: w, sh: sh}, true
 }
 
@@ -643,6 +733,8 @@ func (sh *shard[S]) wakeQueue() {
 // insert adds key, known to be absent, and returns its slot, set up by
 // init and locked, with the header to store when unlocking it. Its
 // reference bit is clear: a key seen once is the first to go at the cap.
+// It returns a nil slot, having added nothing, if the shard split instead
+// of growing: the caller looks the key up afresh.
 //
 // A table about to grow is first swept of keys that have been at rest for
 // RestGrace; it grows only if that leaves it more than sweptLoad full.
@@ -660,6 +752,10 @@ func (st *Store[S]) insert(sh *shard[S], key string, tag uint64, now int64) (*sl
 	if float64(sh.n+1) > maxLoad*float64(sh.slots()) {
 		st.sweepShard(sh, now, false)
 		if float64(sh.n+1) > sweptLoad*float64(sh.slots()) {
+			if st.splits && sh.n >= splitKeys && sh.own < maxSplitOwn {
+				st.splitShard(sh)
+				return nil, 0
+			}
 			sh.rebuild(max(minSlots, sh.slots()*5/4), false)
 		}
 	}
@@ -741,6 +837,7 @@ func (st *Store[S]) sweepShard(sh *shard[S], now int64, all bool) {
 	if t == nil {
 		return
 	}
+	sh.pass = max(sh.pass, len(t.slots))
 	for j := 0; j < len(t.slots); {
 		sl := &t.slots[j]
 		if atomic.LoadUint64(&sl.hdr) != 0 {
@@ -980,6 +1077,7 @@ func (sh *shard[S]) rebuild(size int, compact bool) {
 		nb = make([]byte, 0, sh.used-sh.dead) // the next insert grows it
 	}
 	if old != nil {
+		sh.pass = max(sh.pass, len(old.slots)+size)
 		for k := range old.slots {
 			sl := &old.slots[k]
 			if atomic.LoadUint64(&sl.hdr) == 0 {
@@ -1023,8 +1121,7 @@ func (sh *shard[S]) rebuild(size int, compact bool) {
 // Sweep drops every key at rest at now and shrinks tables left mostly
 // empty, and arenas mostly dead, so memory comes back (rule 4).
 func (st *Store[S]) Sweep(now int64) {
-	for i := range st.shards {
-		sh := &st.shards[i]
+	for _, sh := range st.allShards() {
 		sh.mu.Lock()
 		st.sweepShard(sh, now, true)
 		sh.mu.Unlock()
@@ -1034,8 +1131,7 @@ func (st *Store[S]) Sweep(now int64) {
 // Stats returns the store's counters, shard by shard under each mutex.
 func (st *Store[S]) Stats() Stats {
 	s := Stats{MaxKeys: st.maxKeys}
-	for i := range st.shards {
-		sh := &st.shards[i]
+	for _, sh := range st.allShards() {
 		sh.mu.Lock()
 		s.Keys += sh.n
 		s.Slots += sh.slots()

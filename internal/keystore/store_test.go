@@ -358,7 +358,7 @@ func TestStoreLoad(t *testing.T) {
 	st := newTestStore(0, 1)
 	for i := 0; i < 200_000; i++ {
 		storeSet(st, fmt.Sprint(i), 1)
-		if i < 200 {
+		if i < 200 || (i > 5000 && i%97 != 0) { // Stats locks every shard: past a few splits, every 97th count
 			continue
 		}
 		s := st.Stats()
@@ -372,6 +372,7 @@ func TestStoreLoad(t *testing.T) {
 // mostly empty, with its arena; dropping every key frees both.
 func TestStoreSweepGivesMemoryBack(t *testing.T) {
 	st := newTestStore(0, 1)
+	st.splits = false // one table of 10k keys
 	sh := &st.shards[0]
 	const keys = 10_000
 	for i := 0; i < keys; i++ {
