@@ -37,6 +37,10 @@ func TestBatchPrefetch(t *testing.T) {
 		{"SlidingWindowCounter", ":swc", func(p string, o ...Option) (ratelimit.Limiter, error) {
 			return NewSlidingWindowCounter(c, rate, append(o, WithPrefix(p))...)
 		}},
+		// The sliding log's string key is its second, the floor.
+		{"SlidingLog", ":slf", func(p string, o ...Option) (ratelimit.Limiter, error) {
+			return NewSlidingLog(c, rate, append(o, WithPrefix(p))...)
+		}},
 	}
 	// Every order of: a key of another type (w), a key with state (s), a
 	// missing key (m), and the key with state again.

@@ -105,7 +105,7 @@ func (a *lbAlgo) decision(r reply, _ int64) ratelimit.Decision {
 // relative to now with a numerator over den (see luaPrelude). Its replies
 // and cancel token are the token bucket's (the end of the queue for the
 // TAT): Cancel gives back only the tail of the queue, not yet started.
-var lbScript = script{name: "lb", fetch: true, timeEach: true, defs: luaFraction, body: luaFractionBegin + `
+var lbScript = script{name: "lb", fetch: 1, timeEach: true, defs: luaFraction, body: luaFractionBegin + `
 -- The end of the queue; a missing key is an empty queue (end = now).
 local corrupt, kind
 tn, tf, corrupt, kind = get_instant()

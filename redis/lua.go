@@ -215,9 +215,9 @@ end
 -- for a call that raised one (its writes up to then stand, as for one
 -- call). each reads TIME for every decision instead (the leaky bucket,
 -- whose answers depend on when each decision arrives to the microsecond:
--- events at one instant cannot all depart at once). fetch says that each
--- call's one key is a string key it reads by get: batch then reads them
--- all at its start (see prefetch).
+-- events at one instant cannot all depart at once). fetch, if not 0, is
+-- the position among each call's keys of a string key the call reads by
+-- get: batch then reads all of them at its start (see prefetch).
 local function batch(one, keys, argv, each, fetch)
   local kpc, nb = tonumber(argv[2]), tonumber(argv[3])
   local blocks, i = {}, 4
@@ -230,7 +230,13 @@ local function batch(one, keys, argv, each, fetch)
   local t
   local out, ks, c = {}, {}, 0
   C = {}
-  if fetch then prefetch(keys) end
+  if fetch == 1 and kpc == 1 then
+    prefetch(keys)
+  elseif fetch > 0 then
+    local fk = {}
+    for j = fetch, #keys, kpc do fk[#fk + 1] = keys[j] end
+    prefetch(fk)
+  end
   while i + 4 <= #argv do
     local a = blocks[tonumber(argv[i])]
     a[1], a[2], a[4], a[5] = argv[i + 1], argv[i + 2], argv[i + 3], argv[i + 4]
@@ -301,12 +307,12 @@ type script struct {
 	name       string // the function's name in the library, after its prefix
 	defs, body string
 	timeEach   bool // a batch reads TIME for each decision (see batch)
-	fetch      bool // a call's one Redis key is a string key read by get: a batch prefetches them
+	fetch      int  // if not 0, the position (from 1) of a string key a call reads by get: a batch prefetches them
 }
 
 // batchCall is the Lua call of batch for the script's function one.
 func (s script) batchCall(keys, argv string) string {
-	return "batch(one, " + keys + ", " + argv + ", " + strconv.FormatBool(s.timeEach) + ", " + strconv.FormatBool(s.fetch) + ")"
+	return "batch(one, " + keys + ", " + argv + ", " + strconv.FormatBool(s.timeEach) + ", " + strconv.Itoa(s.fetch) + ")"
 }
 
 // evalSource returns the script as EVAL runs it.

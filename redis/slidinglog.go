@@ -103,7 +103,7 @@ func slidingLogParams(rate ratelimit.Rate) error {
 // entries, its newest entry or the floor further ahead than a booking
 // goes) is corrupt: the key starts afresh. More than L entries are what a
 // lower limit leaves (see SetRate).
-var slScript = script{name: "sl", defs: `
+var slScript = script{name: "sl", fetch: 2, defs: `
 local W, L, hz, fkey, N, floor, floor0, newest, head, hoff
 local NONE = -2 * FAR -- no floor yet
 local MAXLOG, MAXW = 1048576, 35 * 86400 * E9 -- the most L and W may be

@@ -509,7 +509,7 @@ held = false
 // holds that value (else the reply asks again), or ARGV[8] '*' to read it
 // as another instance's. A peek stores the replacement, as the in-memory
 // bucket keeps a state re-expressed by a peek.
-var tbScript = script{name: "tb", fetch: true, defs: luaFraction, body: luaFractionBegin + `
+var tbScript = script{name: "tb", fetch: 1, defs: luaFraction, body: luaFractionBegin + `
 local corrupt, kind
 tn, tf, corrupt, kind = get_instant()
 local status = 0
