@@ -10,6 +10,11 @@
 //     round, BLOCK per implementation cut into SLICES blocks, alternated
 //     between the implementations in a new random order each time;
 //     decisions per second over each implementation's blocks.
+//   - per decision at 64 goroutines, over the same blocks: the server's
+//     CPU time (INFO cpu, used_cpu_sys plus used_cpu_user, before and
+//     after each block) and the Go heap allocations and bytes of this
+//     process (runtime.MemStats Mallocs and TotalAlloc), with their
+//     ratios to redis_rate's and the targets checked.
 //   - server side: per implementation, CONFIG RESETSTAT, CALLS serial
 //     calls, then INFO commandstats: the script's usec_per_call and the
 //     commands Redis ran per decision; and the Go heap allocations per
@@ -19,6 +24,11 @@
 // shown as the median with the spread (min-max) across rounds. The control
 // row is a second, independent instance of our token bucket (its own
 // prefix): how far it is from the first shows the harness's noise.
+//
+// With -only NAME, it runs that implementation alone at 64 goroutines for
+// -block and prints its throughput, the figures per decision and the
+// commands Redis ran (INFO commandstats): with -cpuprofile or -memprofile,
+// a profile of the client on that load.
 //
 // Redis is RATELIMIT_REDIS_ADDR if set, else a redis-server started on a
 // free loopback port and stopped at the end.
