@@ -120,7 +120,8 @@ bench:
 ## loopback port (or RATELIMIT_REDIS_ADDR): serial calls alternated call by
 ## call in a random order, alternating blocks at 8 and 64 goroutines, and
 ## per script the server's time (INFO commandstats), the commands per
-## decision and the Go allocations. Ratios against redis_rate, round by
+## decision and the Go allocations; at 64 goroutines also the server's CPU
+## and the Go allocations and bytes per decision. Ratios against redis_rate, round by
 ## round, with their spread; then the targets, checked. Not part of
 ## `make bench`. About a minute with the defaults: make bench-redis
 ## REDISROUNDS=9 REDISCALLS=3000 for a longer run.

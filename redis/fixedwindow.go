@@ -93,7 +93,7 @@ func (fw *FixedWindow) SetRate(rate ratelimit.Rate) error {
 // further ahead than a booking goes, a count above 2^40) is corrupt: the
 // key starts afresh. A window start off the epoch's boundaries and a
 // count above L are what a change of the rate leaves (see SetRate).
-var fwScript = script{name: "fw", defs: `
+var fwScript = script{name: "fw", fetch: 1, defs: `
 local W, L, hz, st, c, v
 local F10FW = F10 .. '(%d+)$'
 ` + luaAlign + `

@@ -91,7 +91,7 @@ func (lb *LeakyBucket) SetRate(rate ratelimit.Rate, capacity int) error {
 
 // decision reads {ok, allowed, freeNs, freeFr, ...}: free is the span of
 // the free places (full - end of the queue), Remaining the whole slots in it.
-func (a *lbAlgo) decision(r *reply, _ int64) ratelimit.Decision {
+func (a *lbAlgo) decision(r reply, _ int64) ratelimit.Decision {
 	return ratelimit.Decision{
 		Allowed:    r.allowed,
 		Limit:      int(a.capacity),
@@ -105,7 +105,7 @@ func (a *lbAlgo) decision(r *reply, _ int64) ratelimit.Decision {
 // relative to now with a numerator over den (see luaPrelude). Its replies
 // and cancel token are the token bucket's (the end of the queue for the
 // TAT): Cancel gives back only the tail of the queue, not yet started.
-var lbScript = script{name: "lb", timeEach: true, defs: luaFraction, body: luaFractionBegin + `
+var lbScript = script{name: "lb", fetch: 1, timeEach: true, defs: luaFraction, body: luaFractionBegin + `
 -- The end of the queue; a missing key is an empty queue (end = now).
 local corrupt, kind
 tn, tf, corrupt, kind = get_instant()

@@ -39,7 +39,7 @@ type algorithm interface {
 	// server's time (see FixedWindow).
 	args(dst []any, n, local int64) []any
 	// decision builds the Decision of a step's reply for n events.
-	decision(r *reply, n int64) ratelimit.Decision
+	decision(r reply, n int64) ratelimit.Decision
 	// span is at least how long a key takes to come to rest, in ns: how
 	// long events booked on Redis may still count against the limit.
 	span() int64
@@ -342,7 +342,7 @@ func (l *limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Deci
 		}
 		return l.local.AllowN(ctx, key, n)
 	}
-	d := p.alg.decision(&r, int64(n))
+	d := p.alg.decision(r, int64(n))
 	switch {
 	case held != nil && !r.ok:
 		giveBack(held)
@@ -576,7 +576,7 @@ func (l *limiter) changeRate(next func(old algorithm, now time.Time) (algorithm,
 // booking of the same events, if the caller made it already; otherwise
 // the booking is mirrored there now.
 func (l *limiter) reservation(p *setting, key string, n int, r *reply, local int64, st stamp, held *ratelimit.Reservation) *ratelimit.Reservation {
-	d := p.alg.decision(r, int64(n))
+	d := p.alg.decision(*r, int64(n))
 	var act time.Time
 	if l.cfg.clockTime {
 		act = time.Unix(0, local+r.retry)
@@ -651,7 +651,7 @@ func (l *limiter) settle(key string, n, actual int, token string, same bool, mir
 		}
 		return ratelimit.Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	dec := p.alg.decision(&r, 0)
+	dec := p.alg.decision(r, 0)
 	dec.Allowed, dec.RetryAfter = true, 0
 	l.operated(ratelimit.EventSettle, key, actual, dec.Remaining)
 	return dec, nil
@@ -736,7 +736,7 @@ func (l *limiter) Take(ctx context.Context, key string, n int) (*ratelimit.Reser
 		if held != nil {
 			giveBack(held)
 		}
-		return ratelimit.NewReservation(l.cfg.clock, false, p.alg.decision(&r, int64(n)), l.cfg.clock.Now(), nil), nil
+		return ratelimit.NewReservation(l.cfg.clock, false, p.alg.decision(r, int64(n)), l.cfg.clock.Now(), nil), nil
 	}
 	return l.reservation(p, key, n, &r, local, st, held), nil
 }
@@ -760,14 +760,15 @@ func (l *limiter) step(ctx context.Context, p *setting, key string, n int, maxWa
 // It returns the reply and sent in Unix ns.
 func (l *limiter) call(ctx context.Context, p *setting, key, op string, n int, arg any, sent time.Time) (reply, int64, error) {
 	local := sent.UnixNano()
-	var args [12]any
-	dst := args[:5]
-	dst[0], dst[1], dst[2], dst[3], dst[4] = op, "", l.pad, n, arg
+	cb := callPool.Get().(*callBuf)
+	defer l.putBuf(cb)
+	dst := cb.args[:5]
+	dst[0], dst[1], dst[2], dst[3], dst[4] = boxOp(op), "", l.pad, n, arg
 	if l.cfg.clockTime {
 		dst[1] = strconv.FormatInt(local, 10)
 	}
 	dst = p.alg.args(dst, int64(n), local)
-	v, err := l.eval(ctx, key, dst)
+	v, err := l.evalIn(ctx, cb, key, dst)
 	if err != nil {
 		return reply{}, local, err
 	}
@@ -793,7 +794,7 @@ func (l *limiter) call(ctx context.Context, p *setting, key, op string, n int, a
 			}
 			cond = r.token
 		}
-		if v, err = l.eval(ctx, key, append(dst, cond, rep)); err != nil {
+		if v, err = l.evalIn(ctx, cb, key, append(dst, cond, rep)); err != nil {
 			return reply{}, local, err
 		}
 		if r, err = parseReply(v); err != nil {
@@ -830,14 +831,22 @@ func (l *limiter) unstep(p *setting, key string, n int, token string, at time.Ti
 // completes or fails in the background, bounded by the client's own
 // timeouts. A call that timed out may still have been applied by Redis.
 func (l *caller) eval(ctx context.Context, key string, args []any) (any, error) {
+	cb := callPool.Get().(*callBuf)
+	v, err := l.evalIn(ctx, cb, key, args)
+	l.putBuf(cb)
+	return v, err
+}
+
+// evalIn is eval with key's Redis keys built in cb.
+func (l *caller) evalIn(ctx context.Context, cb *callBuf, key string, args []any) (any, error) {
 	var keys []string
-	if len(l.suffix) == 1 {
-		keys = []string{redisKey(l.cfg.prefix, key, l.suffix[0])}
+	if len(l.suffix) <= len(cb.keys) {
+		keys = cb.keys[:len(l.suffix)]
 	} else {
 		keys = make([]string, len(l.suffix))
-		for i, sfx := range l.suffix {
-			keys[i] = redisKey(l.cfg.prefix, key, sfx)
-		}
+	}
+	for i, sfx := range l.suffix {
+		keys[i] = redisKey(l.cfg.prefix, key, sfx)
 	}
 	if l.batch != nil && args[0] != "x" {
 		return l.batch.do(ctx, keys, args) // bounds it by the call timeout
@@ -845,6 +854,46 @@ func (l *caller) eval(ctx context.Context, key string, args []any) (any, error) 
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	defer cancel()
 	return l.runBounded(ctx, keys, args)
+}
+
+// callBuf holds one call's Redis keys and arguments, pooled so that a
+// call allocates no slices of its own: once the call has returned nothing
+// refers to them (a queued decision and go-redis copy what they keep),
+// except for a client that does not bound its I/O by the context, whose
+// call may outlive eval on its helper goroutine (see runBounded): such a
+// buffer is left to the garbage collector.
+type callBuf struct {
+	args [12]any
+	keys [2]string
+}
+
+var callPool = sync.Pool{New: func() any { return new(callBuf) }}
+
+func (l *caller) putBuf(cb *callBuf) {
+	if !l.direct {
+		return
+	}
+	clear(cb.args[:])
+	clear(cb.keys[:])
+	callPool.Put(cb)
+}
+
+// boxOp returns op as an argument without allocating for the operations
+// of the scripts: a constant string is boxed at compile time.
+func boxOp(op string) any {
+	switch op {
+	case "s":
+		return "s"
+	case "r":
+		return "r"
+	case "u":
+		return "u"
+	case "g":
+		return "g"
+	case "d":
+		return "d"
+	}
+	return op
 }
 
 // run runs the script once: FCALL where Redis has the library, else

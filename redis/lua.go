@@ -1,5 +1,7 @@
 package redis
 
+import "strconv"
+
 // luaPrelude is the start of every script: the helpers for exact time
 // arithmetic, and begin, which reads a call's common arguments and takes
 // the time. The per-call values are variables of the chunk that begin
@@ -154,7 +156,12 @@ end
 -- write where Redis has SET with PXAT.
 local function put_until(k, v, r)
   if C then
-    C[k] = {v = v, w = true, x = expiry(r), c = clocked}
+    local e = C[k]
+    if e then
+      e.v, e.w, e.x, e.c = v, true, expiry(r), clocked
+    else
+      C[k] = {v = v, w = true, x = expiry(r), c = clocked}
+    end
     return
   end
   if clocked then
@@ -173,6 +180,30 @@ local function del(k)
   redis.call('DEL', k)
 end
 
+-- prefetch fills the cache C of a batch with the values of keys, read by
+-- one MGET (which reads a key of another type as missing): the values get
+-- would read first. The missing ones are cached as missing only if none
+-- of them exists (one EXISTS for all); otherwise get reads each of them
+-- itself, telling a key of another type.
+-- (In slices of 1,000 keys: unpack has a bound.)
+local function prefetch(keys)
+  local miss, found = {}, 0
+  for s = 1, #keys, 1000 do
+    local e = math.min(s + 999, #keys)
+    local vs = redis.call('MGET', unpack(keys, s, e))
+    for j = s, e do
+      local v = vs[j - s + 1]
+      if v then C[keys[j]] = {v = v} else miss[#miss + 1] = keys[j] end
+    end
+  end
+  for s = 1, #miss, 1000 do
+    found = found + redis.call('EXISTS', unpack(miss, s, math.min(s + 999, #miss)))
+  end
+  if found == 0 then
+    for j = 1, #miss do C[miss[j]] = {v = false} end
+  end
+end
+
 -- batch decides a batch of calls of one algorithm's function one (see
 -- script.batchSource) in order, each exactly as one call would, with one
 -- TIME read for all of them and each string key read and written at most
@@ -184,8 +215,10 @@ end
 -- for a call that raised one (its writes up to then stand, as for one
 -- call). each reads TIME for every decision instead (the leaky bucket,
 -- whose answers depend on when each decision arrives to the microsecond:
--- events at one instant cannot all depart at once).
-local function batch(one, keys, argv, each)
+-- events at one instant cannot all depart at once). fetch, if not 0, is
+-- the position among each call's keys of a string key the call reads by
+-- get: batch then reads all of them at its start (see prefetch).
+local function batch(one, keys, argv, each, fetch)
   local kpc, nb = tonumber(argv[2]), tonumber(argv[3])
   local blocks, i = {}, 4
   for b = 1, nb do
@@ -197,6 +230,13 @@ local function batch(one, keys, argv, each)
   local t
   local out, ks, c = {}, {}, 0
   C = {}
+  if fetch == 1 and kpc == 1 then
+    prefetch(keys)
+  elseif fetch > 0 then
+    local fk = {}
+    for j = fetch, #keys, kpc do fk[#fk + 1] = keys[j] end
+    prefetch(fk)
+  end
   while i + 4 <= #argv do
     local a = blocks[tonumber(argv[i])]
     a[1], a[2], a[4], a[5] = argv[i + 1], argv[i + 2], argv[i + 3], argv[i + 4]
@@ -267,14 +307,12 @@ type script struct {
 	name       string // the function's name in the library, after its prefix
 	defs, body string
 	timeEach   bool // a batch reads TIME for each decision (see batch)
+	fetch      int  // if not 0, the position (from 1) of a string key a call reads by get: a batch prefetches them
 }
 
 // batchCall is the Lua call of batch for the script's function one.
 func (s script) batchCall(keys, argv string) string {
-	if s.timeEach {
-		return "batch(one, " + keys + ", " + argv + ", true)"
-	}
-	return "batch(one, " + keys + ", " + argv + ")"
+	return "batch(one, " + keys + ", " + argv + ", " + strconv.FormatBool(s.timeEach) + ", " + strconv.Itoa(s.fetch) + ")"
 }
 
 // evalSource returns the script as EVAL runs it.

@@ -117,7 +117,7 @@ end
 // goes, counts above 2^40) is corrupt: the key starts afresh. A window
 // start off the epoch's boundaries and counts above L are what a change of
 // the rate leaves (see SetRate).
-var swcScript = script{name: "swc", defs: luaSWCMath + `
+var swcScript = script{name: "swc", fetch: 1, defs: luaSWCMath + `
 local hz, st, prev, cur, v
 local F10SWC = F10 .. '(%d+) (%d+)$'
 ` + luaAlign + `

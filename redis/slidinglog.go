@@ -17,7 +17,7 @@ import (
 // its logged events, oldest first, as decimal Unix nanoseconds (one entry
 // per event: memory O(L) per key, about 20 bytes an event), and the
 // instant before which nothing conforms (the newest instant dropped from
-// the log plus W). A decision reads the first 16 entries of the list at
+// the log plus W). A decision reads the first 32 entries of the list at
 // once (all of a short log), and O(log L) more of a long one; the log
 // expires at most 2 ms after the key is at rest (every instant has left
 // the window), the floor, written only when it moves, once it has passed.
@@ -103,16 +103,26 @@ func slidingLogParams(rate ratelimit.Rate) error {
 // entries, its newest entry or the floor further ahead than a booking
 // goes) is corrupt: the key starts afresh. More than L entries are what a
 // lower limit leaves (see SetRate).
-var slScript = script{name: "sl", defs: `
-local W, L, hz, fkey, N, floor, floor0, newest, head, hoff
+var slScript = script{name: "sl", fetch: 2, defs: `
+local W, L, hz, fkey, N, floor, floor0, newest, head, hoff, hv
 local NONE = -2 * FAR -- no floor yet
 local MAXLOG, MAXW = 1048576, 35 * 86400 * E9 -- the most L and W may be
-local HEAD = 16 -- entries read at once from the start of the log
+local HEAD = 32 -- entries read at once from the start of the log
+-- hat returns the instant of the j-th entry read (0 the first), converted
+-- when first asked for (hv holds those converted).
+local function hat(j)
+  local v = hv[j + 1]
+  if not v then
+    v = rel(head[j + 1])
+    hv[j + 1] = v
+  end
+  return v
+end
 -- at returns the log's i-th instant (0 the oldest), from the entries read
 -- at the start of the call where it can.
 local function at(i)
   local j = i + hoff
-  if j < #head then return head[j + 1] end
+  if j < #head then return hat(j) end
   return rel(redis.call('LINDEX', key, i))
 end
 -- after returns the index of the oldest instant later than t; N if none.
@@ -161,11 +171,10 @@ end
 -- the script writes: of another type, more than L instants, text, or
 -- further ahead than a booking goes.
 local function load()
-  head, hoff = redis.pcall('LRANGE', key, 0, HEAD - 1), 0
+  head, hoff, hv = redis.pcall('LRANGE', key, 0, HEAD - 1), 0, {}
   if head.err then return false end
   for i = 1, #head do
     if not string.match(head[i], '^%-?%d+$') then return false end
-    head[i] = rel(head[i])
   end
   N = #head
   if N == HEAD then N = redis.call('LLEN', key) end
@@ -173,7 +182,7 @@ local function load()
   newest = NONE
   if N > 0 then
     if N <= HEAD then
-      newest = head[N]
+      newest = hat(N - 1)
     else
       local e = redis.call('LINDEX', key, -1)
       if not string.match(e, '^%-?%d+$') then return false end
@@ -214,7 +223,7 @@ if corrupt then status = 2 end
 -- from the newer end, so that neither order costs the whole log a call.
 -- The copies are equal: which are removed changes nothing.
 local function lrem(n)
-  if #head > hoff and rel(ARGV[5]) <= head[#head] then
+  if #head > hoff and rel(ARGV[5]) <= hat(#head - 1) then
     return redis.call('LREM', key, n, ARGV[5])
   end
   return redis.call('LREM', key, -n, ARGV[5])

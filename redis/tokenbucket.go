@@ -323,7 +323,7 @@ func (a *tbAlgo) args(dst []any, n, _ int64) []any {
 
 // decision reads {ok, allowed, remNs, remFr, ...}: rem is the span of the
 // tokens left (full - TAT), Remaining the whole intervals in it.
-func (a *tbAlgo) decision(r *reply, n int64) ratelimit.Decision {
+func (a *tbAlgo) decision(r reply, n int64) ratelimit.Decision {
 	d := ratelimit.Decision{
 		Allowed:    r.allowed,
 		Limit:      int(a.capacity),
@@ -509,7 +509,7 @@ held = false
 // holds that value (else the reply asks again), or ARGV[8] '*' to read it
 // as another instance's. A peek stores the replacement, as the in-memory
 // bucket keeps a state re-expressed by a peek.
-var tbScript = script{name: "tb", defs: luaFraction, body: luaFractionBegin + `
+var tbScript = script{name: "tb", fetch: 1, defs: luaFraction, body: luaFractionBegin + `
 local corrupt, kind
 tn, tf, corrupt, kind = get_instant()
 local status = 0

@@ -139,7 +139,7 @@ type anchorArg struct {
 	boxed any
 }
 
-func (a *windowAlgo) decision(r *reply, _ int64) ratelimit.Decision {
+func (a *windowAlgo) decision(r reply, _ int64) ratelimit.Decision {
 	return ratelimit.Decision{
 		Allowed:    r.allowed,
 		Limit:      int(a.limit),

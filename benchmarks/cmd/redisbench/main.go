@@ -10,6 +10,11 @@
 //     round, BLOCK per implementation cut into SLICES blocks, alternated
 //     between the implementations in a new random order each time;
 //     decisions per second over each implementation's blocks.
+//   - per decision at 64 goroutines, over the same blocks: the server's
+//     CPU time (INFO cpu, used_cpu_sys plus used_cpu_user, before and
+//     after each block) and the Go heap allocations and bytes of this
+//     process (runtime.MemStats Mallocs and TotalAlloc), with their
+//     ratios to redis_rate's and the targets checked.
 //   - server side: per implementation, CONFIG RESETSTAT, CALLS serial
 //     calls, then INFO commandstats: the script's usec_per_call and the
 //     commands Redis ran per decision; and the Go heap allocations per
@@ -19,6 +24,11 @@
 // shown as the median with the spread (min-max) across rounds. The control
 // row is a second, independent instance of our token bucket (its own
 // prefix): how far it is from the first shows the harness's noise.
+//
+// With -only NAME, it runs that implementation alone at 64 goroutines for
+// -block and prints its throughput, the figures per decision and the
+// commands Redis ran (INFO commandstats): with -cpuprofile or -memprofile,
+// a profile of the client on that load.
 //
 // Redis is RATELIMIT_REDIS_ADDR if set, else a redis-server started on a
 // free loopback port and stopped at the end.
@@ -56,6 +66,8 @@ var (
 	block  = flag.Duration("block", 250*time.Millisecond, "parallel time per implementation per round, at each parallelism")
 	cuts   = flag.Int("slices", 10, "blocks the parallel time is cut into, alternated between implementations")
 	cpuout = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	memout = flag.String("memprofile", "", "with -only: write an allocation profile of the run to this file")
+	only   = flag.String("only", "", "run only this implementation, at 64 goroutines over 1,024 keys, for -block (for a CPU profile with -cpuprofile)")
 )
 
 type impl struct {
@@ -91,7 +103,7 @@ func main() {
 	for i := range keys {
 		keys[i] = "user:" + strconv.Itoa(i)
 	}
-	var errs atomic.Int64
+	var errs, wrong atomic.Int64
 	opts := func(name string) []rlredis.Option {
 		return []rlredis.Option{rlredis.WithPrefix("rlbench:" + run + ":" + name + ":"),
 			rlredis.WithFailurePolicy(rlredis.FailClosed), rlredis.WithTimeout(time.Second),
@@ -140,6 +152,27 @@ func main() {
 			im.allow(ctx, keys[i&1023])
 		}
 	}
+	if *only != "" {
+		i := slices.IndexFunc(impls, func(im impl) bool { return im.name == *only })
+		if i < 0 {
+			fatal("-only %q: no such implementation", *only)
+		}
+		if *memout != "" {
+			runtime.MemProfileRate = 512
+		}
+		runOnly(ctx, client, impls[i], keys, &wrong)
+		if *memout != "" {
+			f, err := os.Create(*memout)
+			if err != nil {
+				fatal("%v", err)
+			}
+			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+				fatal("%v", err)
+			}
+			f.Close()
+		}
+		return
+	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	names := make([]string, len(impls))
 	for i, im := range impls {
@@ -151,11 +184,13 @@ func main() {
 	cmds := map[string][]float64{}   // commands per decision
 	allocs := map[string][]float64{} // Go heap allocations per decision
 	hot := map[string][]float64{}    // decisions/s on one key, 64 goroutines
+	// At 64 goroutines, per decision: the server's CPU time (µs) and the
+	// Go heap allocations and bytes of the whole process.
+	cpu64, alloc64, bytes64 := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 	order := make([]int, len(impls))
 	for i := range order {
 		order[i] = i
 	}
-	var wrong atomic.Int64
 	for r := range *rounds {
 		fmt.Fprintf(os.Stderr, "round %d of %d\n", r+1, *rounds)
 		// Serial, call by call in a random order.
@@ -181,11 +216,19 @@ func main() {
 		for _, g := range []int{8, 64} {
 			sum := make([]int64, len(impls))
 			took := make([]time.Duration, len(impls))
+			cpus := make([]float64, len(impls))
+			mallocs, allocBytes := make([]uint64, len(impls)), make([]uint64, len(impls))
 			for range *cuts {
 				rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
 				for _, j := range order {
 					var n atomic.Int64
 					var wg sync.WaitGroup
+					var m0, m1 runtime.MemStats
+					var c0 float64
+					if g == 64 {
+						c0 = serverCPU(ctx, client)
+						runtime.ReadMemStats(&m0)
+					}
 					deadline := time.Now().Add(*block / time.Duration(*cuts))
 					t0 := time.Now()
 					for w := range g {
@@ -206,10 +249,22 @@ func main() {
 					wg.Wait()
 					sum[j] += n.Load()
 					took[j] += time.Since(t0)
+					if g == 64 {
+						runtime.ReadMemStats(&m1)
+						cpus[j] += serverCPU(ctx, client) - c0
+						mallocs[j] += m1.Mallocs - m0.Mallocs
+						allocBytes[j] += m1.TotalAlloc - m0.TotalAlloc
+					}
 				}
 			}
 			for j, im := range impls {
 				par[g][im.name] = append(par[g][im.name], float64(sum[j])/took[j].Seconds())
+				if g == 64 {
+					d := float64(sum[j])
+					cpu64[im.name] = append(cpu64[im.name], cpus[j]*1e6/d)
+					alloc64[im.name] = append(alloc64[im.name], float64(mallocs[j])/d)
+					bytes64[im.name] = append(bytes64[im.name], float64(allocBytes[j])/d)
+				}
 			}
 		}
 		// One hot key: every goroutine on the same key, token bucket and
@@ -267,6 +322,7 @@ func main() {
 		fatal("%d calls off the allow path, %d errors: the figures would not be Redis decisions", wrong.Load(), errs.Load())
 	}
 	report(names, serial, par, usec, cmds, allocs)
+	report64(names, par[64], cpu64, alloc64, bytes64)
 	hm, hlo, hhi := spread(hot["tokenbucket"])
 	pm, _, _ := spread(hot["redis_rate"])
 	rm, rlo, rhi := spread(ratios(hot["tokenbucket"], hot["redis_rate"]))
@@ -474,4 +530,107 @@ func ping(addr string) error {
 		return fmt.Errorf("PING answered %q", line)
 	}
 	return nil
+}
+
+// serverCPU returns the CPU time redis-server has used, in seconds
+// (INFO cpu: used_cpu_sys plus used_cpu_user).
+func serverCPU(ctx context.Context, c *goredis.Client) float64 {
+	info, err := c.Info(ctx, "cpu").Result()
+	if err != nil {
+		fatal("INFO cpu: %v", err)
+	}
+	var t float64
+	for _, line := range strings.Split(info, "\n") {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				fatal("INFO cpu: %s: %v", line, err)
+			}
+			t += x
+		}
+	}
+	return t
+}
+
+// report64 prints, at 64 goroutines over 1,024 keys, the server's CPU time
+// and the Go allocations per decision, with their ratios to redis_rate's
+// round by round, and checks them against the targets.
+func report64(names []string, tput, cpu, allocs, bytes map[string][]float64) {
+	const base = "redis_rate"
+	fmt.Printf("\nAt 64 goroutines over 1,024 keys, per decision (same blocks as the throughput): median (min-max) ratio to redis_rate.\n\n")
+	fmt.Printf("| implementation | dec/s | Redis CPU µs/decision | ratio | Go allocs/decision | ratio | Go bytes/decision | ratio |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|\n")
+	cell := func(xs, bs []float64, f string) string {
+		m, _, _ := spread(xs)
+		rm, lo, hi := spread(ratios(xs, bs))
+		return fmt.Sprintf(f+" | %.2f× (%.2f–%.2f)", m, rm, lo, hi)
+	}
+	for _, n := range names {
+		t, _, _ := spread(tput[n])
+		fmt.Printf("| %s | %.0f | %s | %s | %s |\n", n, t, cell(cpu[n], cpu[base], "%.2f"),
+			cell(allocs[n], allocs[base], "%.1f"), cell(bytes[n], bytes[base], "%.0f"))
+	}
+	fmt.Printf("\nTargets at 64 goroutines (median ratio; the spread says how sure):\n")
+	for _, n := range names[1:] {
+		bound := 1.5
+		if strings.HasPrefix(n, "tokenbucket") {
+			bound = 2.5
+		}
+		verdict := func(ok bool) string {
+			if ok {
+				return "met"
+			}
+			return "MISSED"
+		}
+		m, lo, hi := spread(ratios(tput[n], tput[base]))
+		fmt.Printf("  %-52s ≥ %.2f: %.2f× (%.2f–%.2f) %s\n", "throughput, "+n, bound, m, lo, hi, verdict(m >= bound))
+		m, lo, hi = spread(ratios(cpu[n], cpu[base]))
+		fmt.Printf("  %-52s ≤ 0.60: %.2f× (%.2f–%.2f) %s\n", "Redis CPU per decision, "+n, m, lo, hi, verdict(m <= 0.6))
+		m, lo, hi = spread(ratios(allocs[n], allocs[base]))
+		fmt.Printf("  %-52s ≤ 1.00: %.2f× (%.2f–%.2f) %s\n", "Go allocations per decision, "+n, m, lo, hi, verdict(m <= 1))
+	}
+}
+
+// runOnly runs im alone at 64 goroutines over keys for -block, and prints
+// its throughput and its figures per decision.
+func runOnly(ctx context.Context, client *goredis.Client, im impl, keys []string, wrong *atomic.Int64) {
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	var m0, m1 runtime.MemStats
+	if err := client.ConfigResetStat(ctx).Err(); err != nil {
+		fatal("CONFIG RESETSTAT: %v", err)
+	}
+	c0 := serverCPU(ctx, client)
+	runtime.ReadMemStats(&m0)
+	deadline := time.Now().Add(*block)
+	t0 := time.Now()
+	for w := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, i := int64(0), w*7919
+			for time.Now().Before(deadline) {
+				if !im.allow(ctx, keys[i&1023]) {
+					wrong.Add(1)
+				}
+				i++
+				c++
+			}
+			n.Add(c)
+		}()
+	}
+	wg.Wait()
+	took := time.Since(t0)
+	runtime.ReadMemStats(&m1)
+	d := float64(n.Load())
+	fmt.Printf("%s at 64 goroutines: %.0f decisions/s; per decision: Redis CPU %.2f µs, Go %.1f allocations, %.0f bytes; %d off the allow path\n",
+		im.name, d/took.Seconds(), (serverCPU(ctx, client)-c0)*1e6/d,
+		float64(m1.Mallocs-m0.Mallocs)/d, float64(m1.TotalAlloc-m0.TotalAlloc)/d, wrong.Load())
+	for name, st := range commandStats(ctx, client) {
+		if st.calls > 0 && !strings.HasPrefix(name, "config") && !strings.HasPrefix(name, "info") {
+			fmt.Printf("  %s: %.2f decisions per call, %.2f µs per call in Redis (%.2f per decision)\n",
+				name, d/float64(st.calls), st.usecPerCall, st.usecPerCall*float64(st.calls)/d)
+		}
+	}
 }
