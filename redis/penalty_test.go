@@ -105,6 +105,11 @@ func TestPenaltySharedAndGuesser(t *testing.T) {
 	if err := b.Wait(ctx, "k"); !errors.As(err, &le) || le.Deadline || le.RetryAfter != 15*time.Minute {
 		t.Fatalf("Wait while blocked: %v", err)
 	}
+	dctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := b.Wait(dctx, "k"); !errors.As(err, &le) || le.Deadline {
+		t.Fatalf("Wait with a deadline while blocked: %v, want a refusal by the block", err)
+	}
 	if err := a.Reset(ctx, "k"); err != nil {
 		t.Fatal(err)
 	}
