@@ -29,7 +29,9 @@ func TestPenaltyMatchesCore(t *testing.T) {
 		{"sl", func(o ...Option) (ratelimit.Limiter, error) { return NewSlidingLog(c, rate, o...) },
 			func(o ...ratelimit.Option) (ratelimit.Limiter, error) { return ratelimit.NewSlidingLog(rate, o...) }},
 		{"swc", func(o ...Option) (ratelimit.Limiter, error) { return NewSlidingWindowCounter(c, rate, o...) },
-			func(o ...ratelimit.Option) (ratelimit.Limiter, error) { return ratelimit.NewSlidingWindowCounter(rate, o...) }},
+			func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
+				return ratelimit.NewSlidingWindowCounter(rate, o...)
+			}},
 		{"lb", func(o ...Option) (ratelimit.Limiter, error) { return NewLeakyBucket(c, rate, 3, o...) },
 			func(o ...ratelimit.Option) (ratelimit.Limiter, error) { return ratelimit.NewLeakyBucket(rate, 3, o...) }},
 		{"lm", func(o ...Option) (ratelimit.Limiter, error) { return NewLeakyMeter(c, rate, 3, o...) },
