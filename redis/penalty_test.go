@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -177,5 +179,33 @@ func TestPenaltyBadInput(t *testing.T) {
 		if _, err := NewTokenBucket(c, ratelimit.Rate{N: 1, Period: time.Second}, 1, o); !errors.Is(err, ratelimit.ErrInvalidOption) {
 			t.Fatalf("got %v, want ErrInvalidOption", err)
 		}
+	}
+}
+
+// TestPenaltyCoalesced: concurrent decisions of one key, coalesced into
+// batches (the default), count each refusal: 3/h with a block after 4
+// refusals lets 3 through of 40, and the key ends blocked.
+func TestPenaltyCoalesced(t *testing.T) {
+	c := newClient(t, redisAddr(t), false)
+	l, err := NewFixedWindow(c, ratelimit.Rate{N: 3, Period: time.Hour}, WithPrefix(testPrefix(t)),
+		WithPenalty(4, time.Hour, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var ok atomic.Int64
+	for range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if l.Allow("k") {
+				ok.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	d, err := l.AllowN(context.Background(), "k", 0)
+	if err != nil || ok.Load() != 3 || d.RetryAfter <= 59*time.Minute {
+		t.Fatalf("allowed %d (want 3), peek %+v %v (want blocked)", ok.Load(), d, err)
 	}
 }
