@@ -27,7 +27,8 @@ import (
 // NOSCRIPT. Clients other than go-redis's *Client, *ClusterClient and
 // *Ring use EVALSHA and EVAL only.
 
-var libScripts = []script{tbScript, lbScript, fwScript, swcScript, slScript}
+var libScripts = append([]script{tbScript, lbScript, fwScript, swcScript, slScript},
+	penaltyScripts([]script{tbScript, lbScript, fwScript, swcScript, slScript})...)
 
 // libName and libSource are the library's name and its FUNCTION LOAD text.
 var libName, libSource = buildLibrary()

@@ -84,6 +84,7 @@ type setting struct {
 // the TAT the booking left).
 type reply struct {
 	ok, allowed, corrupt, stale bool
+	blocked, began, ended       bool // a penalty box's flags (see WithPenalty)
 	a, b                        int64
 	retry, reset                int64
 	token                       string
@@ -102,7 +103,8 @@ func parseReply(v any) (reply, error) {
 		}
 		ns[i] = x
 	}
-	r := reply{ok: ns[0]&1 == 1, corrupt: ns[0]&2 != 0, stale: ns[0]&4 != 0, allowed: ns[1] == 1, a: ns[2], b: ns[3],
+	r := reply{ok: ns[0]&1 == 1, corrupt: ns[0]&2 != 0, stale: ns[0]&4 != 0, blocked: ns[0]&8 != 0, began: ns[0]&16 != 0, ended: ns[0]&32 != 0,
+		allowed: ns[1] == 1, a: ns[2], b: ns[3],
 		retry: ns[4], reset: ns[5]}
 	if len(vs) == 7 {
 		if r.token, ok = vs[6].(string); !ok {
@@ -130,6 +132,7 @@ type caller struct {
 	cfg    config
 	pad    any      // cfg.ttlPadMs, boxed
 	batch  *batcher // nil: coalescing off (see coalesce.go)
+	pen    []any    // WithPenalty's arguments (ARGV[6..8]); nil without
 }
 
 func newCaller(client Client, s script, suffix []string, cfg config) (caller, error) {
@@ -144,6 +147,9 @@ func newCaller(client Client, s script, suffix []string, cfg config) (caller, er
 		suffix: suffix,
 		cfg:    cfg,
 		pad:    cfg.ttlPadMs,
+	}
+	if cfg.penSet {
+		c.pen = []any{cfg.penAfter, int64(cfg.penWithin), int64(cfg.penBlock)}
 	}
 	if cfg.coalesce && s.name != "" { // the scripts of the library have a batch form
 		c.batch = newBatcher(c, s)
@@ -206,6 +212,10 @@ func (l *limiter) current(key string, st stamp) bool {
 
 func newLimiter(client Client, src script, suffix []string, alg algorithm, cfg config,
 	newLocal func(opts ...ratelimit.Option) (ratelimit.Limiter, error)) (limiter, error) {
+	if cfg.penSet {
+		src = penaltyScript(src)
+		suffix = append(suffix[:len(suffix):len(suffix)], suffix[0]+":blk")
+	}
 	c, err := newCaller(client, src, suffix, cfg)
 	if err != nil {
 		return limiter{}, err
@@ -342,7 +352,7 @@ func (l *limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Deci
 		}
 		return l.local.AllowN(ctx, key, n)
 	}
-	d := p.alg.decision(r, int64(n))
+	d := l.decide(p, r, int64(n))
 	switch {
 	case held != nil && !r.ok:
 		giveBack(held)
@@ -461,7 +471,7 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int) error {
 		// conform within it (not, say, a full leaky-bucket queue that
 		// frees in time).
 		retry := res.Decision().RetryAfter
-		return &ratelimit.LimitError{RetryAfter: retry, Deadline: maxWait >= 0 && retry > time.Duration(maxWait)}
+		return &ratelimit.LimitError{RetryAfter: retry, Deadline: !r.blocked && maxWait >= 0 && retry > time.Duration(maxWait)}
 	}
 	delay := res.Delay()
 	if delay <= 0 {
@@ -576,7 +586,7 @@ func (l *limiter) changeRate(next func(old algorithm, now time.Time) (algorithm,
 // booking of the same events, if the caller made it already; otherwise
 // the booking is mirrored there now.
 func (l *limiter) reservation(p *setting, key string, n int, r *reply, local int64, st stamp, held *ratelimit.Reservation) *ratelimit.Reservation {
-	d := p.alg.decision(*r, int64(n))
+	d := l.decide(p, *r, int64(n))
 	var act time.Time
 	if l.cfg.clockTime {
 		act = time.Unix(0, local+r.retry)
@@ -736,7 +746,7 @@ func (l *limiter) Take(ctx context.Context, key string, n int) (*ratelimit.Reser
 		if held != nil {
 			giveBack(held)
 		}
-		return ratelimit.NewReservation(l.cfg.clock, false, p.alg.decision(r, int64(n)), l.cfg.clock.Now(), nil), nil
+		return ratelimit.NewReservation(l.cfg.clock, false, l.decide(p, r, int64(n)), l.cfg.clock.Now(), nil), nil
 	}
 	return l.reservation(p, key, n, &r, local, st, held), nil
 }
@@ -767,6 +777,7 @@ func (l *limiter) call(ctx context.Context, p *setting, key, op string, n int, a
 	if l.cfg.clockTime {
 		dst[1] = strconv.FormatInt(local, 10)
 	}
+	dst = append(dst, l.pen...)
 	dst = p.alg.args(dst, int64(n), local)
 	v, err := l.evalIn(ctx, cb, key, dst)
 	if err != nil {
@@ -804,6 +815,9 @@ func (l *limiter) call(ctx context.Context, p *setting, key, op string, n int, a
 	if r.corrupt {
 		l.corrupted(key)
 	}
+	if r.began || r.ended {
+		l.penaltyEvents(key, &r)
+	}
 	return r, local, nil
 }
 
@@ -815,6 +829,7 @@ func (l *limiter) unstep(p *setting, key string, n int, token string, at time.Ti
 	if l.cfg.clockTime {
 		args[1] = strconv.FormatInt(at.UnixNano(), 10)
 	}
+	args = append(args, l.pen...)
 	v, err := l.eval(context.Background(), key, p.alg.args(args, int64(n), at.UnixNano()))
 	if err != nil {
 		l.fail(key, err)

@@ -78,6 +78,11 @@ type config struct {
 	// Test only: every call goes through the batch script, a batch of one
 	// when nothing else queues.
 	batchAlways bool
+
+	// WithPenalty (see penalty.go).
+	penSet              bool
+	penAfter            int
+	penWithin, penBlock time.Duration
 }
 
 const (
@@ -122,6 +127,9 @@ func newConfig(opts []Option) (config, error) {
 	case c.maxBatch < 1 || c.maxBytes < 1 || c.depth < 1:
 		return c, fmt.Errorf("%w: coalescing limits must be positive, got batch %d, bytes %d, depth %d",
 			ratelimit.ErrInvalidOption, c.maxBatch, c.maxBytes, c.depth)
+	}
+	if err := penaltyCheck(&c); err != nil {
+		return c, err
 	}
 	return c, nil
 }
