@@ -65,13 +65,15 @@ import (
 //
 // A Fair must be built with NewFair. It is safe for concurrent use; its
 // decisions take one mutex (the shared key is one point of contention
-// anyway) and read the clock once, besides the shared limiter's own read.
+// anyway) and read the clock once; Allow over a TokenBucket on the same
+// clock reads it once in all.
 type Fair struct {
 	shared     Limiter
 	key        string
 	perWindow  int64
 	window     int64
 	nc         nanoClock
+	at         allowerAt // shared, when it can take nc's reading (see allowerAt)
 	maxTenants int
 	maxKeyLen  int
 
@@ -195,7 +197,7 @@ func NewFair(shared Limiter, rate Rate, opts ...FairOption) (*Fair, error) {
 	for _, c := range cfg.classes {
 		classes = append(classes, classState{Class: c})
 	}
-	return &Fair{
+	f := &Fair{
 		observer:       cfg.observer,
 		name:           cfg.name,
 		classes:        classes,
@@ -210,7 +212,32 @@ func NewFair(shared Limiter, rate Rate, opts ...FairOption) (*Fair, error) {
 		maxTenants:     cfg.maxTenants,
 		maxKeyLen:      cfg.maxKeyLen,
 		tenants:        make(map[string]*tenant),
-	}, nil
+	}
+	if a, ok := shared.(allowerAt); ok {
+		if nc := a.nanoClock(); sameClock(nc.clock, f.nc.clock) {
+			f.at, f.nc = a, nc
+		}
+	}
+	return f, nil
+}
+
+// allowerAt is a shared limiter whose Allow can take the instant Fair read
+// already, on the limiter's own time line, instead of reading the clock a
+// second time.
+type allowerAt interface {
+	nanoClock() nanoClock
+	allowAt(key string, now int64) bool
+}
+
+// sameClock reports whether a and b are the same clock. Clocks of a type
+// that cannot be compared are never the same.
+func sameClock(a, b Clock) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == b
 }
 
 // Allow reports whether one event for tenant may happen now, and records
@@ -227,10 +254,13 @@ func (f *Fair) Allow(tenant string) bool {
 	f.mu.Lock()
 	t := f.enter(tenant, 1, now)
 	var ok bool
-	if f.guaranteed(t, 1, now) {
-		ok = f.shared.Allow(f.key)
-	} else {
+	switch {
+	case !f.guaranteed(t, 1, now):
 		ok = f.borrow(t, 1)
+	case f.at != nil:
+		ok = f.at.allowAt(f.key, now)
+	default:
+		ok = f.shared.Allow(f.key)
 	}
 	if ok {
 		f.count(t, 1)

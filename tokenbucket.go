@@ -240,10 +240,31 @@ func (tb *TokenBucket) Allow(key string) bool {
 	if tb.k.obs != nil {
 		return tb.k.allowObserved(key)
 	}
+	// allowAt's body, written out: Allow is the hot path, and allowAt is
+	// too large to inline.
 	now := tb.k.nc.now()
 	h, _ := tb.k.st.Take(key, now, true)
 	p := tb.k.ps.p.Load()
 	if h.Flagged() { // an override: the key's own parameters
+		p = tb.k.overrideOf(key, p)
+	}
+	_, ok := p.admit(h.State(), now, 1, 0)
+	h.Release()
+	return ok
+}
+
+// nanoClock and allowAt make a TokenBucket an allowerAt: Fair reads the
+// bucket's clock and hands the reading to allowAt, which is Allow at that
+// instant (with an observer, Allow itself).
+func (tb *TokenBucket) nanoClock() nanoClock { return tb.k.nc }
+
+func (tb *TokenBucket) allowAt(key string, now int64) bool {
+	if tb.k.obs != nil {
+		return tb.k.allowObserved(key)
+	}
+	h, _ := tb.k.st.Take(key, now, true)
+	p := tb.k.ps.p.Load()
+	if h.Flagged() {
 		p = tb.k.overrideOf(key, p)
 	}
 	_, ok := p.admit(h.State(), now, 1, 0)
