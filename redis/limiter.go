@@ -444,7 +444,7 @@ func (l *limiter) WaitN(ctx context.Context, key string, n int) error {
 		return err
 	}
 	if n == 0 {
-		return nil
+		return l.waitNone(ctx, p, key)
 	}
 	var maxWait int64 = -1
 	if dl, ok := ctx.Deadline(); ok {

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -78,6 +79,20 @@ func (l *limiter) decide(p *setting, r reply, n int64) ratelimit.Decision {
 		}
 	}
 	return d
+}
+
+// waitNone is WaitN for n == 0: at once nil, but with a penalty box a
+// key's block fails it, as ratelimit.PenaltyBox's does (one peek at Redis;
+// while Redis fails, no block is enforced).
+func (l *limiter) waitNone(ctx context.Context, p *setting, key string) error {
+	if !l.cfg.penSet {
+		return nil
+	}
+	r, _, err := l.step(ctx, p, key, 0, 0, "s")
+	if err != nil || !r.blocked {
+		return nil
+	}
+	return &ratelimit.LimitError{RetryAfter: time.Duration(r.retry)}
 }
 
 // penaltyEvents reports to the observer a block that began or was found

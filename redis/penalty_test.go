@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -115,6 +116,12 @@ func TestPenaltySharedAndGuesser(t *testing.T) {
 	if err := b.Wait(ctx, "k"); !errors.As(err, &le) || le.Deadline || le.RetryAfter != 15*time.Minute {
 		t.Fatalf("Wait while blocked: %v", err)
 	}
+	if err := b.WaitN(ctx, "k", 0); !errors.As(err, &le) || le.Deadline || le.RetryAfter != 15*time.Minute {
+		t.Fatalf("WaitN of nothing while blocked: %v, want a refusal by the block", err)
+	}
+	if err := b.WaitN(ctx, "other", 0); err != nil {
+		t.Fatalf("WaitN of nothing on a key not blocked: %v", err)
+	}
 	dctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := b.Wait(dctx, "k"); !errors.As(err, &le) || le.Deadline {
@@ -148,6 +155,60 @@ func TestPenaltySharedAndGuesser(t *testing.T) {
 		t.Fatalf("%d through in a day, want at most %d", through, limit)
 	}
 	t.Logf("%d through in a day", through)
+}
+
+// TestPenaltyEvents: the observer sees a block begin (EventBlocked with
+// the rule's count and block length) and end (EventUnblocked, at the first
+// decision after it), for the blocked key only, with and without batches.
+func TestPenaltyEvents(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
+			c := newClient(t, redisAddr(t), false)
+			mc := ratelimit.NewManualClock(time.Unix(1_700_000_000, 0))
+			var mu sync.Mutex
+			var evs []ratelimit.Event
+			obs := ratelimit.ObserverFunc(func(e ratelimit.Event) {
+				if e.Kind == ratelimit.EventBlocked || e.Kind == ratelimit.EventUnblocked {
+					mu.Lock()
+					evs = append(evs, e)
+					mu.Unlock()
+				}
+			})
+			opts := []Option{WithClock(mc), withClockTime(3_600_000), WithPrefix(testPrefix(t)),
+				WithPenalty(2, time.Minute, 10*time.Minute), WithObserver(obs), WithName("api")}
+			if batch {
+				opts = append(opts, withBatchAlways())
+			}
+			l, err := NewTokenBucket(c, ratelimit.Rate{N: 1, Period: time.Minute}, 1, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := func() []ratelimit.Event {
+				mu.Lock()
+				defer mu.Unlock()
+				return append([]ratelimit.Event(nil), evs...)
+			}
+			l.Allow("k")
+			l.Allow("j")
+			l.Allow("j") // one refusal of j: no block
+			l.Allow("k")
+			if e := got(); len(e) != 0 {
+				t.Fatalf("events before a block: %+v", e)
+			}
+			l.Allow("k") // k's second refusal within a minute: blocked
+			want := ratelimit.Event{Kind: ratelimit.EventBlocked, Limiter: "api", Key: "k", N: 2, RetryAfter: 10 * time.Minute}
+			if e := got(); len(e) != 1 || e[0] != want {
+				t.Fatalf("events at the block: %+v, want %+v", e, want)
+			}
+			mc.Advance(11 * time.Minute)
+			l.Allow("j")
+			l.Allow("k")
+			want2 := ratelimit.Event{Kind: ratelimit.EventUnblocked, Limiter: "api", Key: "k"}
+			if e := got(); len(e) != 2 || e[1] != want2 {
+				t.Fatalf("events after the block: %+v, want %+v last", e, want2)
+			}
+		})
+	}
 }
 
 // TestPenaltyRealTime blocks on the server's TIME and waits for the end.
