@@ -103,6 +103,18 @@ type Rule struct {
 	// the Fair runs inside the Shadow. The Fair tracks at most
 	// DefaultMaxTenants tenants (see WithMaxTenants). Zero: not fair.
 	Fair Scope
+	// Classes, if not empty, gives the rule's shared limit priority
+	// classes, highest first, each with the requests per Rate.Period
+	// reserved for it (see WithClasses): the rule is checked through a Fair
+	// with those classes over its token bucket, and a request's class is
+	// its context's priority (ContextWithPriority, which
+	// httplimit.WithPriority and grpclimit.WithPriority set), the lowest
+	// without one; a priority naming no class fails the check with
+	// ErrUnknownClass. It needs a Global rule and no Limiter of its own.
+	// With Fair, the tenants share the limit as Fair says; without it,
+	// every request is of one tenant. Class names must be unique, without
+	// spaces, commas or "=".
+	Classes []Class
 }
 
 // Window returns how long the rule's allowance takes to refill from empty
@@ -167,6 +179,7 @@ type ruleIdentity struct {
 	shadow      bool
 	penalty     Penalty
 	fair        Scope
+	classes     string // the classes as text (see Rule.classesText)
 }
 
 // keptLimiter is a limiter NewRules built for a rule: base is the token
@@ -322,7 +335,7 @@ func newRuleTable(rules []Rule, ex *exemptions, opts []Option, old *ruleTable, w
 			return fail(fmt.Errorf("duplicate name %q", r.Name))
 		}
 		names[r.Name] = true
-		id := ruleIdentity{class: r.Class, name: r.Name, rate: r.Rate, burst: r.Burst, scope: r.Scope, shadow: r.Shadow, penalty: r.Penalty, fair: r.Fair}
+		id := ruleIdentity{class: r.Class, name: r.Name, rate: r.Rate, burst: r.Burst, scope: r.Scope, shadow: r.Shadow, penalty: r.Penalty, fair: r.Fair, classes: r.classesText()}
 		if k, ok := old.keptFor(id); ok && r.Limiter == nil {
 			r.Limiter = k.final
 			rs.kept[id] = k

@@ -3,7 +3,10 @@ package ratelimit
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
+	"unicode"
 )
 
 // A rule's fair modifier: "fair per user" or "fair per ip" after a global
@@ -69,8 +72,94 @@ func (r Rule) KeyScope() Scope {
 	return r.Scope
 }
 
-// validFair checks the rule's fair modifier; nil for a rule without one.
+// A rule's classes modifier: "classes" and, as one word, the classes
+// highest first, each as its name and, if it reserves any, "=" and the
+// requests per rate period reserved:
+//
+//	*: 1000/s global classes critical=200,normal=100,sheddable
+//	*: 1000/s global fair per user classes critical=200,normal
+
+// parseClasses takes "classes LIST" out of a rule line's fields and
+// returns the rest.
+func parseClasses(f []string) ([]string, []Class, error) {
+	i := slices.IndexFunc(f, func(w string) bool { return strings.EqualFold(w, "classes") })
+	if i < 0 {
+		return f, nil, nil
+	}
+	if i+1 >= len(f) {
+		return f, nil, errors.New(`"classes" without a list, e.g. "classes critical=200,normal,sheddable"`)
+	}
+	var cs []Class
+	for item := range strings.SplitSeq(f[i+1], ",") {
+		name, res, has := strings.Cut(item, "=")
+		c := Class{Name: name}
+		if has {
+			v, err := strconv.ParseInt(res, 10, 64)
+			if err != nil || v < 0 {
+				return f, nil, fmt.Errorf("class %q: reserve %q is not a count of requests", name, res)
+			}
+			c.Reserved = v
+		}
+		cs = append(cs, c)
+	}
+	return append(f[:i:i], f[i+2:]...), cs, nil
+}
+
+// classesText writes the rule's classes as ParseRules reads them, with a
+// leading space; "" for none.
+func (r Rule) classesText() string {
+	if len(r.Classes) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(" classes ")
+	for i, c := range r.Classes {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(c.Name)
+		if c.Reserved != 0 {
+			b.WriteString("=" + strconv.FormatInt(c.Reserved, 10))
+		}
+	}
+	return b.String()
+}
+
+// validClassNames checks the rule's classes as a rule needs them (the
+// reserves are checked as NewFair checks them): a Global rule without a
+// Limiter of its own, and names that are unique and that the rule's text
+// can write.
+func validClassNames(r Rule) error {
+	if len(r.Classes) == 0 {
+		return nil
+	}
+	switch {
+	case r.Scope != Global:
+		return fmt.Errorf("classes share a limit: the rule's scope must be global, got %v", r.Scope)
+	case r.Limiter != nil:
+		return errors.New("classes build a Fair over the rule's own token bucket: with a Limiter of your own, build a Fair with WithClasses over it and give that as the Limiter of a rule without Classes")
+	}
+	seen := make(map[string]bool, len(r.Classes))
+	for _, c := range r.Classes {
+		switch {
+		case c.Name == "":
+			return errors.New("a class without a name")
+		case strings.ContainsAny(c.Name, ",=") || strings.IndexFunc(c.Name, unicode.IsSpace) >= 0:
+			return fmt.Errorf("class name %q has a space, a comma or \"=\"", c.Name)
+		case seen[c.Name]:
+			return fmt.Errorf("class %q named twice", c.Name)
+		}
+		seen[c.Name] = true
+	}
+	return nil
+}
+
+// validFair checks the rule's fair and classes modifiers; nil for a rule
+// without them.
 func validFair(r Rule) error {
+	if err := validClassNames(r); err != nil {
+		return err
+	}
 	if r.Fair == 0 {
 		return nil
 	}
@@ -86,9 +175,10 @@ func validFair(r Rule) error {
 }
 
 // wrapFair returns a Fair over the rule's shared limiter l, on the clock
-// of opts, or l if the rule is not fair.
+// of opts, with the rule's classes, or l if the rule is neither fair nor
+// has classes.
 func wrapFair(r Rule, l Limiter, opts []Option) (Limiter, error) {
-	if r.Fair == 0 {
+	if r.Fair == 0 && len(r.Classes) == 0 {
 		return l, nil
 	}
 	var cfg config
@@ -96,6 +186,9 @@ func wrapFair(r Rule, l Limiter, opts []Option) (Limiter, error) {
 		o(&cfg)
 	}
 	fo := []FairOption{WithFairName(r.Name)}
+	if len(r.Classes) > 0 {
+		fo = append(fo, WithClasses(r.Classes...))
+	}
 	if cfg.clock != nil {
 		fo = append(fo, WithFairClock(cfg.clock))
 	}

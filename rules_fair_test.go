@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -162,7 +163,7 @@ func TestRulesFairText(t *testing.T) {
 			t.Fatalf("%q: not fair", line)
 		}
 		back, err := parseRule(r.text())
-		if err != nil || back != r {
+		if err != nil || !reflect.DeepEqual(back, r) {
 			t.Errorf("%q written %q reads back %+v, %v; want %+v", line, r.text(), back, err, r)
 		}
 	}

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,6 +23,9 @@ func FuzzParseRules(f *testing.F) {
 		"POST /login: 5/m per ip block 15m after 5", "x: 1/s global block 1h30m after 3 within 90s shadow as b",
 		"*: 1000/s global fair per user", "*: 5/m burst 2 global fair per ip block 1m after 2 shadow as f",
 		"*: 1/s per user fair per user", "*: 1/s global fair per global", "*: 1/s global fair",
+		"*: 1000/s global classes critical=200,normal=100,sheddable", "*: 10/s global fair per user classes a=5,b shadow",
+		"*: 10/s global classes a=11,b", "*: 10/s global classes a,b", "*: 10/s per ip classes a=1", "*: 1/s global classes",
+		"*: 10/s global classes a=1,a=1", "*: 10/s global classes =1", "*: 10/s global classes a=-1", "*: 10/s global classes a=x",
 	} {
 		f.Add(s)
 	}
@@ -43,7 +47,7 @@ func FuzzParseRules(f *testing.F) {
 					continue
 				}
 				seen[r.Name] = true
-				b.WriteString(r.Class + ": " + r.Rate.String() + " burst " + strconv.Itoa(r.Burst) + " " + r.Scope.String() + r.fairText() + r.Penalty.text())
+				b.WriteString(r.Class + ": " + r.Rate.String() + " burst " + strconv.Itoa(r.Burst) + " " + r.Scope.String() + r.fairText() + r.classesText() + r.Penalty.text())
 				if r.Shadow {
 					b.WriteString(" shadow")
 				}
@@ -65,7 +69,7 @@ func FuzzParseRules(f *testing.F) {
 			}
 			for i := range want {
 				g, w := got[i], want[i]
-				if g.Class != w.Class || g.Name != w.Name || g.Rate != w.Rate || g.Burst != w.Burst || g.Scope != w.Scope || g.Penalty != w.Penalty || g.Fair != w.Fair || g.Shadow != w.Shadow {
+				if g.Class != w.Class || g.Name != w.Name || g.Rate != w.Rate || g.Burst != w.Burst || g.Scope != w.Scope || g.Penalty != w.Penalty || g.Fair != w.Fair || g.Shadow != w.Shadow || !slices.Equal(g.Classes, w.Classes) {
 					t.Fatalf("class %q rule %d: read back %+v, want %+v (written %q)", c, i, g, w, b.String())
 				}
 			}

@@ -72,7 +72,7 @@ func (r Rule) text() string {
 	if r.Burst != 0 {
 		t += " burst " + strconv.Itoa(r.Burst)
 	}
-	t += " " + r.Scope.String() + r.fairText() + r.Penalty.text()
+	t += " " + r.Scope.String() + r.fairText() + r.classesText() + r.Penalty.text()
 	if r.Shadow {
 		t += " shadow"
 	}
@@ -188,6 +188,9 @@ func parseRule(line string) (Rule, error) {
 		return r, err
 	}
 	if f, r.Fair, err = parseFair(f); err != nil {
+		return r, err
+	}
+	if f, r.Classes, err = parseClasses(f); err != nil {
 		return r, err
 	}
 	if len(f) >= 1 && strings.EqualFold(f[len(f)-1], "shadow") {

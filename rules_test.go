@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -36,7 +37,7 @@ func TestParseRules(t *testing.T) {
 	for i := range want {
 		g := got[i]
 		g.Limiter = nil
-		if g != want[i] {
+		if !reflect.DeepEqual(g, want[i]) {
 			t.Errorf("rule %d = %+v, want %+v", i, g, want[i])
 		}
 		if got[i].Limiter == nil {
@@ -71,7 +72,7 @@ func TestParseRulesSyntax(t *testing.T) {
 		if g.want.Name == "" {
 			g.want.Name = r.Name
 		}
-		if r != g.want {
+		if !reflect.DeepEqual(r, g.want) {
 			t.Errorf("%q: got %+v, want %+v", g.line, r, g.want)
 		}
 	}
