@@ -6,15 +6,16 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 )
 
-// WithPriority gives each call of RateLimit a priority class, carried to
-// the limiter in the context of its AllowN (ratelimit.ContextWithPriority).
-// A ratelimit.Fair with classes (ratelimit.WithClasses) decides the call in
-// that class; other limiters ignore it. A priority that names no class of
-// the Fair is an error of the limiter (ratelimit.ErrUnknownClass), handled
-// as WithErrorHandler says. Calls charged with WithCost are not given a
-// priority.
+// WithPriority gives each call of RateLimit or RulesLimit a priority
+// class, carried to the limiter in the context of its AllowN
+// (ratelimit.ContextWithPriority), or of the rules' Check. A
+// ratelimit.Fair with classes (ratelimit.WithClasses), or a rule with
+// Classes, decides the call in that class; other limiters and rules ignore
+// it. A priority that names no class is an error of the limiter
+// (ratelimit.ErrUnknownClass), handled as WithErrorHandler says. Calls
+// charged with WithCost are not given a priority.
 func WithPriority(f func(ctx context.Context, fullMethod string) ratelimit.Priority) Option {
-	return func(c *config) { c.priority = f; c.use("WithPriority", forRate, false) }
+	return func(c *config) { c.priority = f; c.use("WithPriority", forRate|forRules, false) }
 }
 
 // limiterContext is the context AllowN is called with for a call of method.

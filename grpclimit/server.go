@@ -619,7 +619,7 @@ func (s *ServerLimit) checkRules(ctx context.Context, method string, header, tra
 	if c.cost != nil {
 		return s.chargeRules(ctx, method, cv, who, header, trailer)
 	}
-	d, err := cv.set.Check(ctx, who, 1)
+	d, err := cv.set.Check(c.limiterContext(ctx, method), who, 1)
 	if err != nil {
 		return nil, s.failed(ctx, method, err)
 	}

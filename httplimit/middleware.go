@@ -94,17 +94,18 @@ type CommonOption interface {
 // response is what Middleware and RulesMiddleware read alike: how they
 // answer. The defaults are set by newResponse and finish.
 type response struct {
-	headers  Headers                    // IETFHeaders
-	denied   DeniedFunc                 // 429, text or problem+json
-	onError  ErrorFunc                  // defaultError
-	problem  bool                       // false: text/plain bodies
-	failOpen bool                       // false: fail closed
-	report   func(*http.Request, error) // with failOpen: none
-	logf     func(string)               // defaultError's log: log.Print
-	ip       KeyFunc                    // ByIP()
-	user     KeyFunc                    // none
-	exempt   exempt                     // none
-	cost     func(*http.Request) int    // none: 1 event a request
+	headers  Headers                                // IETFHeaders
+	denied   DeniedFunc                             // 429, text or problem+json
+	onError  ErrorFunc                              // defaultError
+	problem  bool                                   // false: text/plain bodies
+	failOpen bool                                   // false: fail closed
+	report   func(*http.Request, error)             // with failOpen: none
+	priority func(*http.Request) ratelimit.Priority // WithPriority; nil: none
+	logf     func(string)                           // defaultError's log: log.Print
+	ip       KeyFunc                                // ByIP()
+	user     KeyFunc                                // none
+	exempt   exempt                                 // none
+	cost     func(*http.Request) int                // none: 1 event a request
 }
 
 func newResponse() response { return response{headers: IETFHeaders} }
@@ -150,8 +151,6 @@ type limitConfig struct {
 	key    KeyFunc       // ByIP()
 	name   string        // "default"
 	window time.Duration // 0: the limiter's Window
-
-	priority func(*http.Request) ratelimit.Priority // WithPriority; nil: none
 }
 
 func newLimitConfig(opts []LimitOption) *limitConfig {
@@ -753,7 +752,7 @@ func (m *rulesMiddleware) serve(w http.ResponseWriter, r *http.Request, next htt
 		m.serveCost(w, r, next, cv, who)
 		return
 	}
-	d, err := cv.set.Check(r.Context(), who, 1)
+	d, err := cv.set.Check(c.limiterContext(r), who, 1)
 	if err != nil {
 		c.undecided(w, r, next, err, true)
 		return

@@ -8,18 +8,18 @@ import (
 )
 
 // WithPriority gives each request a priority class, carried to the
-// limiter in the context of its AllowN (ratelimit.ContextWithPriority). A
-// ratelimit.Fair with classes (ratelimit.WithClasses) decides the request
-// in that class; other limiters ignore it. A priority that names no class
-// of the Fair is an error of the limiter (ratelimit.ErrUnknownClass),
-// handled as WithErrorHandler says. WithCost's requests are not given a
-// priority.
-func WithPriority(f func(r *http.Request) ratelimit.Priority) LimitOption {
-	return limitOption(func(c *limitConfig) { c.priority = f })
+// limiter in the context of its AllowN (ratelimit.ContextWithPriority), or
+// of the rules' Check in RulesMiddleware. A ratelimit.Fair with classes
+// (ratelimit.WithClasses), or a rule with Classes, decides the request in
+// that class; other limiters and rules ignore it. A priority that names no
+// class is an error of the limiter (ratelimit.ErrUnknownClass), handled as
+// WithErrorHandler says. WithCost's requests are not given a priority.
+func WithPriority(f func(r *http.Request) ratelimit.Priority) ResponseOption {
+	return responseOption(func(c *response) { c.priority = f })
 }
 
-// limiterContext is the context AllowN is called with for r.
-func (c *limitConfig) limiterContext(r *http.Request) context.Context {
+// limiterContext is the context AllowN (or Check) is called with for r.
+func (c *response) limiterContext(r *http.Request) context.Context {
 	if c.priority == nil {
 		return r.Context()
 	}
