@@ -100,6 +100,10 @@ type Fair struct {
 
 	observer Observer // WithFairObserver; nil: none
 	name     string   // WithFairName
+
+	// Tenant groups (WithTenantGroups); groupOf nil: none, or no observer.
+	groupNames []string
+	groupOf    func(string) int
 }
 
 // tenant is one tenant's counts in the current window.
@@ -135,6 +139,9 @@ type fairConfig struct {
 	classesSet                 bool
 	observer                   Observer
 	name                       string
+	groupNames                 []string
+	groupOf                    func(string) int
+	groupsSet                  bool
 }
 
 // WithFairClock sets the clock Fair reads its windows from. It must be the
@@ -193,6 +200,9 @@ func NewFair(shared Limiter, rate Rate, opts ...FairOption) (*Fair, error) {
 	if err := validClasses(cfg.classes, cfg.classesSet, rate.N); err != nil {
 		return nil, err
 	}
+	if err := validGroups(cfg.groupNames, cfg.groupOf, cfg.groupsSet); err != nil {
+		return nil, err
+	}
 	var classes []classState
 	for _, c := range cfg.classes {
 		classes = append(classes, classState{Class: c})
@@ -212,6 +222,9 @@ func NewFair(shared Limiter, rate Rate, opts ...FairOption) (*Fair, error) {
 		maxTenants:     cfg.maxTenants,
 		maxKeyLen:      cfg.maxKeyLen,
 		tenants:        make(map[string]*tenant),
+	}
+	if cfg.observer != nil && cfg.groupsSet {
+		f.groupNames, f.groupOf = cfg.groupNames, cfg.groupOf
 	}
 	if a, ok := shared.(allowerAt); ok {
 		if nc := a.nanoClock(); sameClock(nc.clock, f.nc.clock) {
@@ -249,6 +262,10 @@ func (f *Fair) Allow(tenant string) bool {
 	}
 	if f.classes != nil {
 		return f.AllowPriority(tenant, Priority(len(f.classes)-1))
+	}
+	if f.groupOf != nil {
+		d, err := f.AllowN(context.Background(), tenant, 1)
+		return err == nil && d.Allowed
 	}
 	now := f.nc.now()
 	f.mu.Lock()
@@ -289,6 +306,16 @@ func (f *Fair) AllowN(ctx context.Context, tenant string, n int) (Decision, erro
 	if f.classes != nil {
 		return f.allowClass(ctx, tenant, n, f.classOf(ctx))
 	}
+	d, err := f.allowN(ctx, tenant, n)
+	if err == nil && n > 0 && f.groupOf != nil {
+		f.observeGroup(tenant, n, d)
+	}
+	return d, err
+}
+
+// allowN is AllowN for a Fair without classes, n >= 0 and a tenant key
+// that is not too long.
+func (f *Fair) allowN(ctx context.Context, tenant string, n int) (Decision, error) {
 	if n == 0 {
 		return f.shared.AllowN(ctx, f.key, 0)
 	}

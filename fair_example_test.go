@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
@@ -72,4 +73,44 @@ func ExampleWithClasses() {
 	// Output:
 	// sheddable: 6 of 100
 	// critical: 4 of 4
+}
+
+// Decisions counted per plan: the group function maps a tenant to one of a
+// few names, and the observer sees the plan, never the tenant.
+func ExampleWithTenantGroups() {
+	clk := ratelimit.NewManualClock(time.Unix(1_700_000_000, 0))
+	global, _ := ratelimit.NewFixedWindow(ratelimit.PerSecond(5), ratelimit.WithClock(clk))
+	counts := map[string][2]int{}
+	plan := func(tenant string) int {
+		if strings.HasPrefix(tenant, "paid:") {
+			return 1
+		}
+		return 0
+	}
+	fair, err := ratelimit.NewFair(global, ratelimit.PerSecond(5), ratelimit.WithFairClock(clk),
+		ratelimit.WithTenantGroups([]string{"free", "paid"}, plan),
+		ratelimit.WithFairObserver(ratelimit.ObserverFunc(func(e ratelimit.Event) {
+			if e.Kind == ratelimit.EventFairGroup {
+				c := counts[e.Key]
+				if e.Allowed {
+					c[0]++
+				} else {
+					c[1]++
+				}
+				counts[e.Key] = c
+			}
+		})))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, tenant := range []string{"free:ann", "free:bob", "paid:cy", "free:ann", "paid:cy", "free:dee", "paid:eve"} {
+		fair.Allow(tenant)
+	}
+	for _, g := range []string{"free", "paid"} {
+		fmt.Printf("%s: %d allowed, %d denied\n", g, counts[g][0], counts[g][1])
+	}
+	// Output:
+	// free: 3 allowed, 1 denied
+	// paid: 2 allowed, 1 denied
 }

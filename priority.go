@@ -106,6 +106,9 @@ func (f *Fair) allowClass(ctx context.Context, tenant string, n int, p Priority)
 	d, err := f.decideClass(ctx, tenant, n, p)
 	if err == nil && f.observer != nil && n > 0 {
 		f.observeClass(p, n, d)
+		if f.groupOf != nil {
+			f.observeGroup(tenant, n, d)
+		}
 	}
 	return d, err
 }
