@@ -85,6 +85,7 @@ type Metrics struct {
 	penalty                 penaltyCounters  // see penalty.go
 
 	fair          fairClasses // fair.go
+	fairGroup     fairClasses // fair.go: by tenant group
 	bulkheadClass fairClasses // bulkhead_class.go
 }
 
@@ -178,6 +179,9 @@ func New(meter metric.Meter, opts ...Option) (*Metrics, error) {
 	if err = m.bulkheadClass.initBulkhead(meter); err != nil {
 		return nil, err
 	}
+	if err = m.fairGroup.initGroups(meter); err != nil {
+		return nil, err
+	}
 	m.wait, err = meter.Float64Histogram("ratelimit.wait.duration", metric.WithUnit("s"),
 		metric.WithDescription("How long calls that waited for a limiter or bulkhead waited, or were booked to wait."),
 		metric.WithExplicitBucketBoundaries(c.buckets...))
@@ -249,6 +253,9 @@ type boundSeries struct {
 func (b boundSeries) Observe(e ratelimit.Event) {
 	if e.Kind == ratelimit.EventFairClass {
 		b.m.fair.observe(b.s.name, e)
+	}
+	if e.Kind == ratelimit.EventFairGroup {
+		b.m.fairGroup.observe(b.s.name, e)
 	}
 	if e.Kind == ratelimit.EventBulkheadClass {
 		b.m.bulkheadClass.observe(b.s.name, e)

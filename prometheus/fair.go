@@ -14,14 +14,20 @@ var fairClassDesc = prom.NewDesc("ratelimit_fair_class_decisions_total",
 	"Decisions of a fair-share limit with priority classes, by limiter, class and outcome (allowed or denied).",
 	[]string{"limiter", "class", "outcome"}, nil)
 
+// fairGroupDesc is the series of a Fair's decisions by tenant group
+// (ratelimit.EventFairGroup), by limiter, group and outcome.
+var fairGroupDesc = prom.NewDesc("ratelimit_fair_group_decisions_total",
+	"Decisions of a fair-share limit by tenant group, by limiter, group and outcome (allowed or denied).",
+	[]string{"limiter", "group", "outcome"}, nil)
+
 // maxFairClasses bounds the class series of one Metrics; class names come
 // from the program's configuration, so this is only a guard.
 const maxFairClasses = 1024
 
-// fairClasses counts class decisions. The limiter label is the series'
-// name, already capped by WithMaxNames.
+// fairClasses counts class decisions (or group decisions). The limiter
+// label is the series' name, already capped by WithMaxNames.
 type fairClasses struct {
-	desc   *prom.Desc // nil: fairClassDesc; bulkheadClassDesc for bulkheads
+	desc   *prom.Desc // nil: fairClassDesc; fairGroupDesc, or bulkheadClassDesc for bulkheads
 	mu     sync.Mutex
 	counts map[[2]string]*[2]atomic.Uint64 // {limiter, class} -> {allowed, denied}
 }
@@ -52,7 +58,7 @@ func (f *fairClasses) collect(ch chan<- prom.Metric) {
 	d, denied := f.desc, "denied"
 	if d == nil {
 		d = fairClassDesc
-	} else {
+	} else if d == bulkheadClassDesc {
 		denied = "rejected"
 	}
 	f.mu.Lock()

@@ -49,3 +49,53 @@ func TestMetricsFairClasses(t *testing.T) {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
 	}
 }
+
+// A Fair's decisions are counted by tenant group and outcome; no tenant
+// appears; a tenant out of the groups' range counts as ratelimit.OtherGroup.
+func TestMetricsFairGroups(t *testing.T) {
+	m := rlprom.New()
+	reg := prom.NewRegistry()
+	reg.MustRegister(m)
+	clk := ratelimit.NewManualClock(t0)
+	fw, err := ratelimit.NewFixedWindow(ratelimit.PerSecond(10), ratelimit.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	group := func(tenant string) int {
+		switch tenant {
+		case "secret-free":
+			return 0
+		case "secret-paid":
+			return 1
+		}
+		return 5
+	}
+	fair, err := ratelimit.NewFair(fw, ratelimit.PerSecond(10), ratelimit.WithFairClock(clk),
+		ratelimit.WithFairName("api"), ratelimit.WithFairObserver(m),
+		ratelimit.WithTenantGroups([]string{"free", "paid"}, group))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 12 {
+		fair.Allow("secret-free")
+	}
+	fair.Allow("secret-paid")
+	fair.Allow("secret-unknown")
+	page := scrape(t, reg)
+	has(t, page,
+		`ratelimit_fair_group_decisions_total{group="free",limiter="api",outcome="allowed"} 10`,
+		`ratelimit_fair_group_decisions_total{group="free",limiter="api",outcome="denied"} 2`,
+		`ratelimit_fair_group_decisions_total{group="paid",limiter="api",outcome="denied"} 1`,
+		`ratelimit_fair_group_decisions_total{group="other",limiter="api",outcome="denied"} 1`,
+	)
+	if strings.Contains(page, "secret-") {
+		t.Error("a tenant appears on the metrics page")
+	}
+	problems, err := testutil.CollectAndLint(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}

@@ -64,6 +64,7 @@ type Metrics struct {
 	bulkheads []watchedBulkhead
 
 	fair          fairClasses // fair.go
+	fairGroup     fairClasses // fair.go: by tenant group
 	bulkheadClass fairClasses // bulkhead_class.go
 
 	decisions, fallbacks, redisErrors   *prom.Desc
@@ -151,6 +152,7 @@ func New(opts ...Option) *Metrics {
 		rejects:     prom.NewDesc("ratelimit_bulkhead_rejected_total", "Calls the bulkhead refused a permit.", bh, nil),
 
 		bulkheadClass: fairClasses{desc: bulkheadClassDesc},
+		fairGroup:     fairClasses{desc: fairGroupDesc},
 	}
 }
 
@@ -193,6 +195,9 @@ type boundSeries struct {
 func (b boundSeries) Observe(e ratelimit.Event) {
 	if e.Kind == ratelimit.EventFairClass {
 		b.m.fair.observe(b.s.name, e)
+	}
+	if e.Kind == ratelimit.EventFairGroup {
+		b.m.fairGroup.observe(b.s.name, e)
 	}
 	if e.Kind == ratelimit.EventBulkheadClass {
 		b.m.bulkheadClass.observe(b.s.name, e)
@@ -284,6 +289,7 @@ func (m *Metrics) Describe(ch chan<- *prom.Desc) {
 	m.wait.Describe(ch)
 	describeLease(ch)
 	ch <- fairClassDesc
+	ch <- fairGroupDesc
 	ch <- bulkheadClassDesc
 	m.batch.describe(ch)
 	m.ops.describe(ch)
@@ -300,6 +306,7 @@ func (m *Metrics) Collect(ch chan<- prom.Metric) {
 		ch <- prom.MustNewConstMetric(d, prom.GaugeValue, float64(v), labels...)
 	}
 	m.fair.collect(ch)
+	m.fairGroup.collect(ch)
 	m.bulkheadClass.collect(ch)
 	m.mu.Lock()
 	defer m.mu.Unlock() // for the watched lists and series.redis
