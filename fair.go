@@ -384,10 +384,12 @@ func (f *Fair) guaranteed(t *tenant, n, now int64) bool {
 	if used <= b {
 		return true
 	}
+	// used ≤ b + ⌊g·τ/W⌋ ⟺ (used − b)·W ≤ g·τ, as used − b is a whole
+	// number: two 128-bit products compared, no division.
 	tau := now - f.win*f.window // in [0, W)
-	hi, lo := bits.Mul64(uint64(t.g), uint64(tau))
-	paced, _ := bits.Div64(hi, lo, uint64(f.window)) // < g, so hi < W
-	return used <= b+int64(paced)
+	ghi, glo := bits.Mul64(uint64(t.g), uint64(tau))
+	uhi, ulo := bits.Mul64(uint64(used-b), uint64(f.window))
+	return uhi < ghi || uhi == ghi && ulo <= glo
 }
 
 // held is what Fair holds for the tenants other than t: the sum of what

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"math/big"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -243,5 +244,43 @@ func TestFairGroupsInvalid(t *testing.T) {
 	f.Allow("x")
 	if got != "free" {
 		t.Fatalf("group reported as %q after the caller changed its slice, want %q", got, "free")
+	}
+}
+
+// guaranteed's pacing, used ≤ b + ⌊g·τ/W⌋ with b = max(1, ⌊g/16⌋), checked
+// exactly (math/big) on random guarantees, windows and instants, the
+// edges (the paced count's own value, one above) included.
+func TestFairPacingExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for range 20000 {
+		w := int64(1) + rng.Int64N(int64(24*time.Hour))
+		if rng.IntN(4) == 0 {
+			w = int64(maxSpan) - rng.Int64N(1000)
+		}
+		f := &Fair{window: w, win: 3}
+		g := int64(1) + rng.Int64N(1<<uint(1+rng.IntN(50)))
+		tau := rng.Int64N(w)
+		if g < 1<<20 && rng.IntN(2) == 0 {
+			// W a multiple of g and τ a multiple of W/g: g·τ/W is whole,
+			// the edge where ≤ and < differ.
+			m := 1 + rng.Int64N(1<<20)
+			w = g * m
+			f.window = w
+			tau = m * rng.Int64N(g)
+		}
+		b := max(1, g/16)
+		p := new(big.Int).Mul(big.NewInt(g), big.NewInt(tau))
+		p.Quo(p, big.NewInt(w))
+		limit := b + p.Int64() // the most events guaranteed by τ
+		for _, used := range []int64{limit - 1, limit, limit + 1, rng.Int64N(g + 2)} {
+			if used < 0 {
+				continue
+			}
+			tn := &tenant{g: g, used: used - 1}
+			want := used <= g && used <= limit
+			if got := f.guaranteed(tn, 1, 3*w+tau); got != want {
+				t.Fatalf("g %d W %d τ %d: %d events guaranteed = %v, want %v (limit %d)", g, w, tau, used, got, want, limit)
+			}
+		}
 	}
 }
