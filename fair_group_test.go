@@ -98,7 +98,7 @@ func TestFairGroupsEvents(t *testing.T) {
 				}
 			}
 		}
-		if !wants[len(wants)-1].allowed && classes == false && groups[len(groups)-1].RetryAfter <= 0 {
+		if !wants[len(wants)-1].allowed && !classes && groups[len(groups)-1].RetryAfter <= 0 {
 			t.Errorf("a refusal's RetryAfter not carried: %+v", groups[len(groups)-1])
 		}
 	}
