@@ -58,6 +58,9 @@ func validClasses(classes []Class, set bool, n int64) error {
 		if c.Reserved < 0 || c.Reserved > n {
 			return errors.Join(ErrInvalidOption, errors.New("ratelimit: class "+strconv.Quote(c.Name)+" reserves "+strconv.FormatInt(c.Reserved, 10)+" of a limit of "+strconv.FormatInt(n, 10)))
 		}
+		if c.Reserved > n-sum { // sum ≤ n here, so n−sum cannot wrap
+			return errors.Join(ErrInvalidOption, errors.New("ratelimit: the classes reserve more than the limit of "+strconv.FormatInt(n, 10)))
+		}
 		sum += c.Reserved
 	}
 	switch {
@@ -65,8 +68,6 @@ func validClasses(classes []Class, set bool, n int64) error {
 		return errors.Join(ErrInvalidOption, errors.New("ratelimit: WithClasses needs at least one class"))
 	case sum == 0:
 		return errors.Join(ErrInvalidOption, errors.New("ratelimit: no class reserves anything: the classes would have no effect"))
-	case sum > n:
-		return errors.Join(ErrInvalidOption, errors.New("ratelimit: the classes reserve "+strconv.FormatInt(sum, 10)+", more than the limit of "+strconv.FormatInt(n, 10)))
 	}
 	return nil
 }

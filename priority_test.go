@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -87,6 +88,11 @@ func TestPriorityBadInput(t *testing.T) {
 		if _, err := NewFair(fw, PerSecond(10), WithClasses(c.classes...)); !errors.Is(err, ErrInvalidOption) {
 			t.Errorf("%s: %v, want ErrInvalidOption", c.name, err)
 		}
+	}
+	// Reserves each within a huge limit whose sum would wrap an int64.
+	huge := Rate{N: math.MaxInt64, Period: time.Hour}
+	if _, err := NewFair(fw, huge, WithClasses(Class{"a", math.MaxInt64}, Class{"b", math.MaxInt64})); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("reserves adding up past the int64 range: %v, want ErrInvalidOption", err)
 	}
 	f := newFairFixed(t, clk, 10, WithClasses(testClasses...))
 	for _, p := range []Priority{-1, 3} {
