@@ -137,12 +137,18 @@
 //     written only when it changes, and cleared when the table is
 //     rebuilt, so it holds no old table alive.
 //  14. The global key "" is one key like any other to every rule above:
-//     held in its shard's table, counted, swept, evicted and flagged like
-//     the rest. Only the way to it is shorter: its hash is computed once,
-//     and its shard's hot-key hint (rule 13) is made to point at it each
-//     time a call on it goes the usual way, not only after contention, so
-//     that a call on it is a compare-and-swap on the hinted header and a
-//     one-byte check of the arena, without hashing or probing.
+//     held in a shard's table, counted, swept, flagged, moved and queued
+//     for like the rest. Only its shard is its own: a shard outside the
+//     directory that holds "" and nothing else, so it never splits, never
+//     shares a hint or a queue with another hot key, and is never evicted
+//     at the cap (it is not one of the shards the cap divides: a capped
+//     store holds at most MaxKeys keys and "" besides). The way to it is
+//     shorter: its hash is computed once, and its shard's hot-key hint
+//     (rule 13) is made to point at it each time a call on it goes the
+//     usual way, not only after contention, so that a call on it is one
+//     compare-and-swap on the hinted header: no hash, no directory, no
+//     probe, and no look at the arena, since a slot of that shard that
+//     holds the hinted header unlocked holds "".
 //
 // Tables have any size, not only powers of two (a key's home slot is its
 // tag scaled to the table's length), and grow by a quarter at a load of
