@@ -84,14 +84,18 @@
 //     kept as it is, at the cost of one length comparison; init and atRest
 //     see the kept form, and Kept gives it to whatever keys a key beside
 //     the store.
-//  11. A key held by others is waited for in line, parked, not by spinning.
-//     A reader that finds its key's slot locked fastTries times in a row
-//     takes its shard's queue mutex and keeps it until Release, so the
-//     other waiters park in that mutex. The queue's holder looks the key
-//     up afresh each time (a key that moved under rule 9 is found where it
-//     went); after queueTries looks it sets the wait bit in the locked
-//     header it saw, by a compare-and-swap on that exact header, and parks
-//     on the shard's semaphore (it holds one token at most). The
+//  11. A key held by others is waited for in line, parked, not by spinning
+//     for long. A reader that finds its key's slot locked reads the slot's
+//     header until it changes, at most spinLoads times (its own copy of
+//     the line: the holder pays nothing until it writes), before it counts
+//     a try and looks again; after fastTries such tries it takes its
+//     shard's queue mutex and keeps it until Release, so the other waiters
+//     park in that mutex. The queue's holder looks the key up afresh each
+//     time (a key that moved under rule 9 is found where it went), after
+//     the same short wait; after queueTries looks it sets the wait bit in
+//     the locked header it saw, by a compare-and-swap on that exact
+//     header, and parks on the shard's semaphore (it holds one token at
+//     most). The
 //     invariant: the wait bit is only ever set on a locked header, and
 //     every write over a locked header (Release, an unlock under the
 //     mutex, a delete's shift or clear) swaps the header and gives a token

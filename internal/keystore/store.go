@@ -179,6 +179,10 @@ const (
 	// slot is let go.
 	fastTries  = 4
 	queueTries = 8
+	// spinLoads is how many times a reader that met its key's slot locked
+	// reads the slot's header, waiting for it to change, before it counts
+	// a try and looks the key up again (spinWhile).
+	spinLoads = 64
 
 	// maxLoad is the load at which a table grows by a quarter (so to
 	// about 0.68); after a sweep, it grows only if more than sweptLoad full,
@@ -488,6 +492,7 @@ func (st *Store[S]) takeQueued(sh *shard[S], key string, hs uint64, now int64, c
 			}
 			continue
 		}
+		sl.spinWhile(w)
 		if tries%queueTries == 0 {
 			sh.await(t, sl, w)
 		}
@@ -642,6 +647,9 @@ func (sh *shard[S]) find(key string, tag uint64, tries int) (*slot[S], uint64, b
 					return sl, w | refBit, false
 				}
 				met = true
+				if w&lockBit != 0 {
+					sl.spinWhile(w)
+				}
 				break // locked, or changed since: look again
 			}
 			if i++; i == n {
@@ -724,6 +732,22 @@ func (sl *slot[S]) lockWait() uint64 {
 		}
 		if spins >= 16 {
 			runtime.Gosched()
+		}
+	}
+}
+
+// spinWhile reads the slot's header until it is no longer w, a locked
+// header the caller met, at most spinLoads times. A reader waits there for
+// the holder to let go by reading its own copy of the slot's cache line,
+// which costs the holder nothing until it writes, instead of counting a
+// try each time it looks: a try lasted a few loads, shorter than a step,
+// and a reader that ran out of tries while the holder was still stepping
+// went to the queue and parked, where a wake-up costs the holder a system
+// call (rule 11).
+func (sl *slot[S]) spinWhile(w uint64) {
+	for range spinLoads {
+		if atomic.LoadUint64(&sl.hdr) != w {
+			return
 		}
 	}
 }
