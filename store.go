@@ -33,7 +33,8 @@ func WithShards(n int) Option { return func(cfg *config) { cfg.shards = n } }
 // With a cap, the store uses at most max(1, n/16) shards, and at least
 // n/8192 (up to 65,536) whatever WithShards says, so that no shard holds
 // more than 8,192 keys; each holds at most its share, so the total never
-// exceeds n.
+// exceeds n, plus the global key "", which the store keeps apart and never
+// evicts at the cap.
 func WithMaxKeys(n int) Option { return func(cfg *config) { cfg.maxKeys = n } }
 
 // WithSweepInterval starts a goroutine that drops every key at rest each

@@ -59,7 +59,11 @@ func (st *Store[S]) checkShard(si int, sh *shard[S]) error {
 		if h&sh.own != sh.pat {
 			return fmt.Errorf("shard %d slot %d: key %q (hash %#x) is not of the shard's hashes (%#x of %#x)", si, i, k, h, sh.pat, sh.own)
 		}
-		if d := st.dir.Load(); d.shards[h&d.mask].Load() != sh {
+		if sh == st.glob {
+			if k != "" {
+				return fmt.Errorf("shard %d: key %q in the global key's shard", si, k)
+			}
+		} else if d := st.dir.Load(); k == "" || d.shards[h&d.mask].Load() != sh {
 			return fmt.Errorf("shard %d: key %q is held by a shard the directory does not send it to", si, k)
 		}
 		for j := home(w, n); j != i; j = (j + 1) % n {

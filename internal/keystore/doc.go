@@ -84,14 +84,18 @@
 //     kept as it is, at the cost of one length comparison; init and atRest
 //     see the kept form, and Kept gives it to whatever keys a key beside
 //     the store.
-//  11. A key held by others is waited for in line, parked, not by spinning.
-//     A reader that finds its key's slot locked fastTries times in a row
-//     takes its shard's queue mutex and keeps it until Release, so the
-//     other waiters park in that mutex. The queue's holder looks the key
-//     up afresh each time (a key that moved under rule 9 is found where it
-//     went); after queueTries looks it sets the wait bit in the locked
-//     header it saw, by a compare-and-swap on that exact header, and parks
-//     on the shard's semaphore (it holds one token at most). The
+//  11. A key held by others is waited for in line, parked, not by spinning
+//     for long. A reader that finds its key's slot locked reads the slot's
+//     header until it changes, at most spinLoads times (its own copy of
+//     the line: the holder pays nothing until it writes), before it counts
+//     a try and looks again; after fastTries such tries it takes its
+//     shard's queue mutex and keeps it until Release, so the other waiters
+//     park in that mutex. The queue's holder looks the key up afresh each
+//     time (a key that moved under rule 9 is found where it went), after
+//     the same short wait; after queueTries looks it sets the wait bit in
+//     the locked header it saw, by a compare-and-swap on that exact
+//     header, and parks on the shard's semaphore (it holds one token at
+//     most). The
 //     invariant: the wait bit is only ever set on a locked header, and
 //     every write over a locked header (Release, an unlock under the
 //     mutex, a delete's shift or clear) swaps the header and gives a token
@@ -137,12 +141,18 @@
 //     written only when it changes, and cleared when the table is
 //     rebuilt, so it holds no old table alive.
 //  14. The global key "" is one key like any other to every rule above:
-//     held in its shard's table, counted, swept, evicted and flagged like
-//     the rest. Only the way to it is shorter: its hash is computed once,
-//     and its shard's hot-key hint (rule 13) is made to point at it each
-//     time a call on it goes the usual way, not only after contention, so
-//     that a call on it is a compare-and-swap on the hinted header and a
-//     one-byte check of the arena, without hashing or probing.
+//     held in a shard's table, counted, swept, flagged, moved and queued
+//     for like the rest. Only its shard is its own: a shard outside the
+//     directory that holds "" and nothing else, so it never splits, never
+//     shares a hint or a queue with another hot key, and is never evicted
+//     at the cap (it is not one of the shards the cap divides: a capped
+//     store holds at most MaxKeys keys and "" besides). The way to it is
+//     shorter: its hash is computed once, and its shard's hot-key hint
+//     (rule 13) is made to point at it each time a call on it goes the
+//     usual way, not only after contention, so that a call on it is one
+//     compare-and-swap on the hinted header: no hash, no directory, no
+//     probe, and no look at the arena, since a slot of that shard that
+//     holds the hinted header unlocked holds "".
 //
 // Tables have any size, not only powers of two (a key's home slot is its
 // tag scaled to the table's length), and grow by a quarter at a load of

@@ -16,7 +16,7 @@ import (
 func TestGlobalKeyExact(t *testing.T) {
 	st := newTestStore(0, 1)
 	storeSet(st, "", 1)
-	sh, _ := st.hash("")
+	sh := st.glob
 	if sl, _, _ := sh.takeHot("", st.globalTag); sl == nil {
 		t.Fatal(`after a call on "", its shard's hint does not take it`)
 	} else {

@@ -55,8 +55,10 @@ type Store[S any] struct {
 	split  []*shard[S] // the shards made by splits, under dirMu
 	splits bool        // whether shards split (no cap)
 	// global and globalTag are the hash and tag of the global key ""
-	// (rule 14), computed once.
+	// (rule 14), computed once; glob is the shard that holds it, and
+	// nothing else, outside the directory.
 	global, globalTag uint64
+	glob              *shard[S]
 	perShardMax       int // 0: no cap
 	maxKeys           int
 	arenaMax          uint64          // the most key bytes a shard's arena holds: maxArena but in tests
@@ -177,6 +179,10 @@ const (
 	// slot is let go.
 	fastTries  = 4
 	queueTries = 8
+	// spinLoads is how many times a reader that met its key's slot locked
+	// reads the slot's header, waiting for it to change, before it counts
+	// a try and looks the key up again (spinWhile).
+	spinLoads = 64
 
 	// maxLoad is the load at which a table grows by a quarter (so to
 	// about 0.68); after a sweep, it grows only if more than sweptLoad full,
@@ -245,6 +251,8 @@ func New[S any](cfg Config, init func(s *S, key string, now int64) bool, atRest 
 	}
 	st.global = maphash.String(st.seed, "")
 	st.globalTag = tagOf(st.global)
+	st.glob = &shard[S]{scram: rand.Uint64()} // own, pat 0: every hash is its
+	st.glob.park.Lock()                       // no token yet
 	st.dir.Store(d)
 	return st
 }
@@ -267,15 +275,16 @@ func (st *Store[S]) hash(key string) (sh *shard[S], tag uint64) {
 	return d.shards[h&d.mask].Load(), tagOf(h)
 }
 
-// allShards returns every shard of the store, those it started with and
-// those splits made.
+// allShards returns every shard of the store, those it started with,
+// those splits made, and the global key's.
 func (st *Store[S]) allShards() []*shard[S] {
 	st.dirMu.Lock()
-	out := make([]*shard[S], 0, len(st.shards)+len(st.split))
+	out := make([]*shard[S], 0, len(st.shards)+len(st.split)+1)
 	for i := range st.shards {
 		out = append(out, &st.shards[i])
 	}
 	out = append(out, st.split...)
+	out = append(out, st.glob)
 	st.dirMu.Unlock()
 	return out
 }
@@ -339,33 +348,46 @@ func (st *Store[S]) Take(key string, now int64, create bool) (h Handle[S], fresh
 	if len(key) > keyhash.Short {
 		key = st.keep(key)
 	}
-	return st.take(key, maphash.String(st.seed, key), now, create)
+	hs := maphash.String(st.seed, key)
+	// The directory read written out: the compiler does not inline a
+	// call into a generic function's body today.
+	d := st.dir.Load()
+	return st.take(d.shards[hs&d.mask].Load(), key, hs, now, create)
 }
 
-// takeGlobal is Take for the global key "" (rule 14): no hash (the
-// store's hash of "" is computed once) and, while its shard's hint holds
-// it, no probe either: the hint's compare-and-swap takes it. Any other way
-// in (a new key, a key moved, the hint taken by another hot key) makes it
-// the hint again.
+// takeGlobal is Take for the global key "" (rule 14), which its own
+// shard holds: no hash (the store's hash of "" is computed once), no
+// directory, and, while the shard's hint holds it, no probe and no look at
+// the key's bytes either: the hint's compare-and-swap takes it. Any other
+// way in (a new key, a key moved by a rebuild) makes it the hint again.
 func (st *Store[S]) takeGlobal(now int64, create bool) (Handle[S], bool) {
-	d := st.dir.Load()
-	sh := d.shards[st.global&d.mask].Load()
-	if sl, rel, _ := sh.takeHot("", st.globalTag); sl != nil {
-		return Handle[S]{sl: sl, rel: rel, sh: sh}, false
+	sh := st.glob
+	if sl := sh.hotSlot.Load(); sl != nil {
+		// The tag check keeps the compare-and-swap off an empty slot (a
+		// hint half cleared: forget stores the slot first). A slot of the
+		// shard that holds w unlocked holds "", the only key it takes.
+		w := sh.hotHdr.Load()
+		if w&tagBits == st.globalTag && w&lockBit == 0 && atomic.CompareAndSwapUint64(&sl.hdr, w, w|lockBit) {
+			return Handle[S]{sl: sl, rel: w | refBit, sh: sh}, false
+		}
 	}
-	h, fresh := st.take("", st.global, now, create)
+	h, fresh := st.take(sh, "", st.global, now, create)
 	if h.sl != nil {
-		h.sh.remember(h.sl, h.rel)
+		sh.remember(h.sl, h.rel)
 	}
 	return h, fresh
 }
 
-// take is Take for key in the form the store keeps it, whose hash is hs.
-func (st *Store[S]) take(key string, hs uint64, now int64, create bool) (h Handle[S], fresh bool) {
-	// Written out rather than calls to st.hash: the compiler does not
-	// inline it into a generic function's body today.
+// shardOf returns the shard the directory sends hash hs to.
+func (st *Store[S]) shardOf(hs uint64) *shard[S] {
 	d := st.dir.Load()
-	sh := d.shards[hs&d.mask].Load()
+	return d.shards[hs&d.mask].Load()
+}
+
+// take is Take for key in the form the store keeps it, whose hash is hs,
+// in shard sh: the one that holds key's hashes (or did when the caller
+// read the directory: takeSlow sends it back if not).
+func (st *Store[S]) take(sh *shard[S], key string, hs uint64, now int64, create bool) (h Handle[S], fresh bool) {
 	tag := tagOf(hs)
 	hinted := false
 	if sh.hotSlot.Load() != nil {
@@ -470,6 +492,7 @@ func (st *Store[S]) takeQueued(sh *shard[S], key string, hs uint64, now int64, c
 			}
 			continue
 		}
+		sl.spinWhile(w)
 		if tries%queueTries == 0 {
 			sh.await(t, sl, w)
 		}
@@ -624,6 +647,9 @@ func (sh *shard[S]) find(key string, tag uint64, tries int) (*slot[S], uint64, b
 					return sl, w | refBit, false
 				}
 				met = true
+				if w&lockBit != 0 {
+					sl.spinWhile(w)
+				}
 				break // locked, or changed since: look again
 			}
 			if i++; i == n {
@@ -645,7 +671,7 @@ func (st *Store[S]) takeSlow(sh *shard[S], key string, hs uint64, now int64, cre
 	sh.mu.Lock()
 	if hs&sh.own != sh.pat {
 		sh.mu.Unlock()
-		return st.take(key, hs, now, create)
+		return st.take(st.shardOf(hs), key, hs, now, create)
 	}
 	if t := sh.tab.Load(); t != nil {
 		i, probes := t.index(key, tag)
@@ -669,7 +695,7 @@ func (st *Store[S]) takeSlow(sh *shard[S], key string, hs uint64, now int64, cre
 	sl, w := st.insert(sh, key, tag, now)
 	sh.mu.Unlock()
 	if sl == nil { // the shard split: key's may be the other half
-		return st.take(key, hs, now, create)
+		return st.take(st.shardOf(hs), key, hs, now, create)
 	}
 	return Handle[S]{sl: sl, rel: w, sh: sh}, true
 }
@@ -706,6 +732,22 @@ func (sl *slot[S]) lockWait() uint64 {
 		}
 		if spins >= 16 {
 			runtime.Gosched()
+		}
+	}
+}
+
+// spinWhile reads the slot's header until it is no longer w, a locked
+// header the caller met, at most spinLoads times. A reader waits there for
+// the holder to let go by reading its own copy of the slot's cache line,
+// which costs the holder nothing until it writes, instead of counting a
+// try each time it looks: a try lasted a few loads, shorter than a step,
+// and a reader that ran out of tries while the holder was still stepping
+// went to the queue and parked, where a wake-up costs the holder a system
+// call (rule 11).
+func (sl *slot[S]) spinWhile(w uint64) {
+	for range spinLoads {
+		if atomic.LoadUint64(&sl.hdr) != w {
+			return
 		}
 	}
 }

@@ -108,3 +108,31 @@ func TestReport(t *testing.T) {
 		}
 	}
 }
+
+// Every ratio target gives the spread of its per-round ratios when both
+// sides were sampled once a round, as make bench samples them.
+func TestRatioCheckPerRound(t *testing.T) {
+	r := newResults()
+	in := `BenchmarkKeys/keys=1M/impl=ours-tokenbucket/run=serial-2   	1000	       500.0 ns/op
+BenchmarkKeys/keys=1M/impl=xrate-map/run=serial-2          	1000	      1000.0 ns/op
+BenchmarkKeys/keys=1M/impl=ours-tokenbucket/run=serial-2   	1000	       700.0 ns/op
+BenchmarkKeys/keys=1M/impl=xrate-map/run=serial-2          	1000	       1000.0 ns/op
+BenchmarkKeys/keys=1M/impl=ours-tokenbucket/run=parallel-2 	1000	       300.0 ns/op
+`
+	if err := r.parse(strings.NewReader(in)); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	reportTargets(&b, r)
+	out := b.String()
+	for _, want := range []string{
+		// medians 600 / 1000; the rounds 0.50× and 0.70×.
+		"| 1M keys, serial: ≤ 0.6× xrate-map | 0.60× (600 / 1000 ns); per round 0.50–0.70× over 2 | met |",
+		// one parallel sample against two serial ones: no rounds to pair.
+		"| 1M keys, parallel: ≤ 0.55× our serial | 0.50× (300 / 600 ns) | met |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}

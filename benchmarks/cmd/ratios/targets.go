@@ -32,7 +32,10 @@ func (c check) verdict() string {
 }
 
 // ratioCheck checks that impl's ns/op in scenario is at most limit times
-// base's in baseScenario ("" for the same scenario).
+// base's in baseScenario ("" for the same scenario), on the medians. When
+// both have the same number of samples, two or more (make bench's
+// interleaved rounds sample each once a round), it also gives the spread
+// of the per-round ratios (see perRound).
 func (r *results) ratioCheck(target, scenario, impl, baseScenario, base string, limit float64) check {
 	c := check{target: target}
 	if baseScenario == "" {
@@ -44,8 +47,28 @@ func (r *results) ratioCheck(target, scenario, impl, baseScenario, base string, 
 		return c
 	}
 	c.ran, c.met = true, a/b <= limit
-	c.measured = fmt.Sprintf("%.2f× (%s / %s ns)", a/b, num(a), num(b))
+	c.measured = fmt.Sprintf("%.2f× (%s / %s ns)", a/b, num(a), num(b)) + r.perRound(scenario, impl, baseScenario, base)
 	return c
+}
+
+// perRound returns "; per round min–max× over n": the spread of the ratios
+// of sample i of impl in scenario over sample i of base in baseScenario,
+// which on a shared machine says more than the spread of either alone. It
+// returns "" unless both have the same number of samples, two or more.
+func (r *results) perRound(scenario, impl, baseScenario, base string) string {
+	a := r.samples[key{scenario, impl}]["ns/op"]
+	b := r.samples[key{baseScenario, base}]["ns/op"]
+	if len(a) != len(b) || len(a) < 2 {
+		return ""
+	}
+	rs := make([]float64, len(a))
+	for i := range a {
+		if b[i] <= 0 {
+			return ""
+		}
+		rs[i] = a[i] / b[i]
+	}
+	return fmt.Sprintf("; per round %.2f–%.2f× over %d", slices.Min(rs), slices.Max(rs), len(rs))
 }
 
 // fasterCheck checks that impl's ns/op in scenario is below base's.
@@ -195,7 +218,7 @@ func (r *results) checks() []check {
 	// shares, and no allocation, at each tenant count that ran.
 	for _, sc := range r.scenarios {
 		if tenants, ok := strings.CutPrefix(sc, "Fair/"); ok {
-			add(r.pairedCheck("fair Allow, "+tenants+": ≤ 2× plain Allow of its shared token bucket", sc, "ours-fair", "shared-tokenbucket", 2))
+			add(r.ratioCheck("fair Allow, "+tenants+": ≤ 2× plain Allow of its shared token bucket", sc, "ours-fair", "", "shared-tokenbucket", 2))
 			c := check{target: "fair Allow, " + tenants + ": 0 allocs/op"}
 			if a, ok := r.get(sc, "ours-fair", "allocs/op"); ok {
 				c.ran, c.met, c.measured = true, a == 0, num(a)
@@ -220,28 +243,6 @@ func (r *results) checks() []check {
 		}
 	}
 	return cs
-}
-
-// pairedCheck is ratioCheck for two implementations sampled in the same
-// rounds: it also gives the spread of the per-round ratios (sample i of
-// impl over sample i of base), min–max, which says more than the spread of
-// either alone on a shared machine.
-func (r *results) pairedCheck(target, scenario, impl, base string, limit float64) check {
-	c := r.ratioCheck(target, scenario, impl, "", base, limit)
-	a := r.samples[key{scenario, impl}]["ns/op"]
-	b := r.samples[key{scenario, base}]["ns/op"]
-	if !c.ran || len(a) != len(b) || len(a) < 2 {
-		return c
-	}
-	rs := make([]float64, len(a))
-	for i := range a {
-		if b[i] <= 0 {
-			return c
-		}
-		rs[i] = a[i] / b[i]
-	}
-	c.measured += fmt.Sprintf("; per round %.2f–%.2f× over %d", slices.Min(rs), slices.Max(rs), len(rs))
-	return c
 }
 
 // spreadCheck checks that the max/min of impl's ns/op samples in scenario
