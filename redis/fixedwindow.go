@@ -119,8 +119,18 @@ W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[9])
 aligned = nil
 st, c = nil, nil
 local corrupt
-v, corrupt = get(key)
-if v then
+local e = C and C[key]
+if e and e.v == nil then
+  -- Put by an earlier decision of this batch: its numbers, as they would
+  -- read from the value (see put_with).
+  v, st, c = true, relsn(e.s, e.m), e.a
+  if c > MAXL or st > hz + SKEW then
+    corrupt, st, c = true, nil, nil
+  end
+else
+  v, corrupt = get(key)
+end
+if v and not st and not corrupt then
   local a, b, x = string.match(v, F10FW)
   if a then
     st, c, a = relsn(tonumber(a), tonumber(b)), tonumber(x), true

@@ -69,12 +69,21 @@ end
 -- Inside a batch (see batch) the string keys are cached: C maps a Redis
 -- key to {v = its value or false} as the batch last read or wrote it,
 -- with w set if written (x its expiry, as expiry computed it), and the
--- batch writes each written key back once, at its end.
+-- batch writes each written key back once, at its end. A value put_with
+-- wrote is kept as its numbers (s, m, a, b, and the formats full and
+-- tail), v nil, and formatted only when read as a string (see value) or
+-- written back: a key that several decisions of a batch update is
+-- formatted once, and a reader that knows the layout (get_instant) reads
+-- the numbers themselves.
 local C
+local value
 local function get(k)
   if C then
     local e = C[k]
-    if e then return e.v, false end
+    if e then
+      if e.v == nil then e.v = value(e) end
+      return e.v, false
+    end
   end
   local v = redis.pcall('GET', k)
   if type(v) == 'table' then return false, true end
@@ -83,16 +92,18 @@ local function get(k)
 end
 
 -- begin reads a call's common arguments and takes the time.
--- t, if given, is the server's TIME a batch read once for all its
--- decisions.
+-- t, if given, is the server's TIME a batch read for the call, as numbers:
+-- {seconds, nanoseconds}.
 local function begin(keys, argv, t)
   KEYS, ARGV = keys, argv
   key, op, pad, n = keys[1], argv[1], tonumber(argv[3]), tonumber(argv[4])
   clocked = argv[2] ~= ''
   if clocked then
     now_s, now_ns = split(argv[2])
+  elseif t then
+    now_s, now_ns = t[1], t[2]
   else
-    t = t or redis.call('TIME')
+    t = redis.call('TIME')
     now_s = tonumber(t[1])
     now_ns = tonumber(t[2]) * 1000
   end
@@ -121,8 +132,9 @@ local function absplit(r)
   if m < 0 then c = c - 1; m = m + E9 elseif m >= E9 then c = c + 1; m = m - E9 end
   return now_s + c, m
 end
-local function abs(r)
-  local s, m = absplit(r)
+-- absfmt returns the instant s seconds and m ns (0 <= m < 1e9) after
+-- the epoch as a decimal string of Unix ns.
+local function absfmt(s, m)
   if s >= 0 then
     if s == 0 then return string.format('%d', m) end
     return string.format('%d%09d', s, m)
@@ -132,6 +144,7 @@ local function abs(r)
   if s == 0 then return string.format('-%d', m) end
   return string.format('-%d%09d', s, m)
 end
+local function abs(r) return absfmt(absplit(r)) end
 
 -- expiry returns when a key at rest r > 0 ns from now expires. On the
 -- server's clock (TIME) it is absolute, in Unix ms: the millisecond after
@@ -156,12 +169,7 @@ end
 -- write where Redis has SET with PXAT.
 local function put_until(k, v, r)
   if C then
-    local e = C[k]
-    if e then
-      e.v, e.w, e.x, e.c = v, true, expiry(r), clocked
-    else
-      C[k] = {v = v, w = true, x = expiry(r), c = clocked}
-    end
+    C[k] = {v = v, w = true, x = expiry(r), c = clocked}
     return
   end
   if clocked then
@@ -222,7 +230,7 @@ local function batch(one, keys, argv, each, fetch)
   local kpc, nb = tonumber(argv[2]), tonumber(argv[3])
   local blocks, i = {}, 4
   for b = 1, nb do
-    local len, a = tonumber(argv[i]), {false, false, argv[1], false, false}
+    local len, a = tonumber(argv[i]), {false, false, tonumber(argv[1]), false, false}
     for j = 1, len do a[5 + j] = argv[i + j] end
     blocks[b] = a
     i = i + 1 + len
@@ -240,7 +248,10 @@ local function batch(one, keys, argv, each, fetch)
   while i + 4 <= #argv do
     local a = blocks[tonumber(argv[i])]
     a[1], a[2], a[4], a[5] = argv[i + 1], argv[i + 2], argv[i + 3], argv[i + 4]
-    if (each or not t) and a[2] == '' then t = redis.call('TIME') end
+    if (each or not t) and a[2] == '' then
+      local tm = redis.call('TIME')
+      t = {tonumber(tm[1]), tonumber(tm[2]) * 1000}
+    end
     for j = 1, kpc do ks[j] = keys[c * kpc + j] end
     c = c + 1
     local ok, r = pcall(one, ks, a, t)
@@ -257,6 +268,7 @@ local function batch(one, keys, argv, each, fetch)
   C = nil
   for k, e in pairs(w) do
     if e.w then
+      if e.v == nil then e.v = value(e) end
       if not e.v then
         redis.call('DEL', k)
       elseif e.c then
@@ -277,18 +289,25 @@ end
 -- the pattern itself.
 local F10 = '^(%d%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d%d%d%d) '
 -- put_with stores in key k the instant r ns after now, a space and the
--- integers a (and b) as the format tail writes them, expiring once at
+-- values a (and b) as the format tail writes them, expiring once at
 -- rest, e ns from now; full is '%d%09d ' followed by tail, which writes
--- the common instant (10-digit seconds) in the same string.format.
+-- the common instant (10-digit seconds) in the same string.format. In a
+-- batch it keeps the numbers, formatted once at the batch's end (see get).
+local function layout(s, m, full, tail, a, b)
+  if s >= 1000000000 and s < 10000000000 then
+    return string.format(full, s, m, a, b)
+  end
+  return absfmt(s, m) .. ' ' .. string.format(tail, a, b)
+end
+value = function(e) return layout(e.s, e.m, e.full, e.tail, e.a, e.b) end
 local function put_with(k, r, full, tail, a, b, e)
   local s, m = absplit(r)
-  local v
-  if s >= 1000000000 and s < 10000000000 then
-    v = string.format(full, s, m, a, b)
-  else
-    v = abs(r) .. ' ' .. string.format(tail, a, b)
+  if C then
+    -- A new table, built whole: cheaper than adding fields to the old.
+    C[k] = {s = s, m = m, full = full, tail = tail, a = a, b = b, w = true, x = expiry(e), c = clocked}
+    return
   end
-  put_until(k, v, e)
+  put_until(k, layout(s, m, full, tail, a, b), e)
 end
 `
 

@@ -140,8 +140,18 @@ W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[9])
 aligned = nil
 st, prev, cur = nil, nil, nil
 local corrupt
-v, corrupt = get(key)
-if v then
+local e = C and C[key]
+if e and e.v == nil then
+  -- Put by an earlier decision of this batch: its numbers, as they would
+  -- read from the value (see put_with).
+  v, st, prev, cur = true, relsn(e.s, e.m), e.a, e.b
+  if prev > MAXL or cur > MAXL or st > hz + SKEW then
+    corrupt, st = true, nil
+  end
+else
+  v, corrupt = get(key)
+end
+if v and not st and not corrupt then
   local a, b, c, d = string.match(v, F10SWC)
   if a then
     st, prev, cur, a = relsn(tonumber(a), tonumber(b)), tonumber(c), tonumber(d), true

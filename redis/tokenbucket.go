@@ -383,22 +383,30 @@ end
 -- further ahead than the algorithm ever books), which is reported as
 -- corrupt and replaced.
 local function get_instant()
-  local v, wrong = get(key)
-  val = v
-  if wrong then held = true; return 0, 0, true end
-  if not v then return 0, 0 end
-  held = true
+  local e = C and C[key]
   local r, b, tg
-  local s, ns
-  s, ns, b, tg = string.match(v, F10TB)
-  if s then
-    r = relsn(tonumber(s), tonumber(ns))
+  if e and e.v == nil and e.b == tag then
+    -- Put by an earlier decision of this batch, under these parameters:
+    -- its numbers, as they would read from the value (see put_with).
+    held, val = true, nil
+    r, b, tg = relsn(e.s, e.m), e.a, tag
   else
-    local a
-    a, b, tg = string.match(v, '^(%-?%d+) (%d+) ?(%S*)$')
-    if a then r = rel(a) end
+    local v, wrong = get(key)
+    val = v
+    if wrong then held = true; return 0, 0, true end
+    if not v then return 0, 0 end
+    held = true
+    local s, ns
+    s, ns, b, tg = string.match(v, F10TB)
+    if s then
+      r = relsn(tonumber(s), tonumber(ns))
+    else
+      local a
+      a, b, tg = string.match(v, '^(%-?%d+) (%d+) ?(%S*)$')
+      if a then r = rel(a) end
+    end
+    if not r then return 0, 0, true end
   end
-  if not r then return 0, 0, true end
   local f = tonumber(b)
   if tg == '' or tg == tag then
     if f < den and r <= hz + taun + MAXSPAN + SKEW then return r, f end
