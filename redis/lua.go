@@ -91,6 +91,27 @@ local function get(k)
   return v, false
 end
 
+-- reply returns a decision's reply {status, allowed, a, b, retry, reset[,
+-- token]} (see limiter.go). While a batch collects its calls' replies
+-- (OUT, its flat reply, holding O values), it appends them to OUT itself,
+-- as batch lays a table out, and returns REPLIED instead: a table per
+-- decision, built and then converted to the reply, costs a batch more
+-- than the values alone.
+local OUT, O
+local REPLIED = {}
+local function reply(s, al, a, b, r, x, tok)
+  if not OUT then return {s, al, a, b, r, x, tok} end
+  local o = O
+  if tok == nil then
+    OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4], OUT[o + 5], OUT[o + 6], OUT[o + 7] = 6, s, al, a, b, r, x
+    O = o + 7
+  else
+    OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4], OUT[o + 5], OUT[o + 6], OUT[o + 7], OUT[o + 8] = 7, s, al, a, b, r, x, tok
+    O = o + 8
+  end
+  return REPLIED
+end
+
 -- begin reads a call's common arguments and takes the time.
 -- t, if given, is the server's TIME a batch read for the call, as numbers:
 -- {seconds, nanoseconds}.
@@ -219,9 +240,10 @@ end
 -- [3] how many parameter blocks follow (b), then each block as its length
 -- and its values (a call's ARGV[6] on), then 5 values per call: its
 -- block's number, op, now ('' for TIME), n and ARGV[5]. KEYS holds each
--- call's k keys in turn. It replies one reply per call, an error reply
--- for a call that raised one (its writes up to then stand, as for one
--- call). each reads TIME for every decision instead (the leaky bucket,
+-- call's k keys in turn. It replies one flat array of each call's reply in
+-- turn: a table's length m and its m values; or -1 and a reply that is not
+-- a table; or -2 and the error reply of a call that raised one (its
+-- writes up to then stand, as for one call). each reads TIME for every decision instead (the leaky bucket,
 -- whose answers depend on when each decision arrives to the microsecond:
 -- events at one instant cannot all depart at once). fetch, if not 0, is
 -- the position among each call's keys of a string key the call reads by
@@ -237,6 +259,7 @@ local function batch(one, keys, argv, each, fetch)
   end
   local t
   local out, ks, c = {}, {}, 0
+  O = 0
   C = {}
   if fetch == 1 and kpc == 1 then
     prefetch(keys)
@@ -254,18 +277,28 @@ local function batch(one, keys, argv, each, fetch)
     end
     for j = 1, kpc do ks[j] = keys[c * kpc + j] end
     c = c + 1
+    OUT = out
     local ok, r = pcall(one, ks, a, t)
-    if ok then
-      out[c] = r
-    elseif type(r) == 'table' and r.err then
-      out[c] = r
+    local o = O
+    if r == REPLIED then
+    elseif not ok or (type(r) == 'table' and r.err) then
+      if type(r) ~= 'table' or not r.err then r = redis.error_reply(tostring(r)) end
+      out[o + 1], out[o + 2] = -2, r
+      O = o + 2
+    elseif type(r) ~= 'table' then
+      if r == nil then r = false end
+      out[o + 1], out[o + 2] = -1, r
+      O = o + 2
     else
-      out[c] = redis.error_reply(tostring(r))
+      local m = #r
+      out[o + 1] = m
+      for j = 1, m do out[o + 1 + j] = r[j] end
+      O = o + 1 + m
     end
     i = i + 5
   end
   local w = C
-  C = nil
+  C, OUT = nil, nil
   for k, e in pairs(w) do
     if e.w then
       if e.v == nil then e.v = value(e) end

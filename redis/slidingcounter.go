@@ -221,7 +221,7 @@ elseif -st >= W then
 end
 if n == 0 then
   if corrupt then del(key) end
-  return {status + 1, 1, remaining(st, prev, cur), 0, 0, math.max(rest(st, prev, cur), 0)}
+  return reply(status + 1, 1, remaining(st, prev, cur), 0, 0, math.max(rest(st, prev, cur), 0))
 end
 local e0 = math.max(-st, 0)
 local ns, np, nc, act
@@ -241,13 +241,13 @@ local maxwait = tonumber(ARGV[5])
 if maxwait < 0 or maxwait > hz then maxwait = hz end
 if act > maxwait then
   if corrupt then del(key) end
-  return {status, 0, remaining(st, prev, cur), 0, act, math.max(rest(st, prev, cur), 0)}
+  return reply(status, 0, remaining(st, prev, cur), 0, act, math.max(rest(st, prev, cur), 0))
 end
 put(ns, np, nc)
 local allowed, rem = 0, 0
 if act == 0 then allowed, rem = 1, remaining(ns, np, nc) end
 if op == 'r' then
-  return {status + 1, allowed, rem, 0, act, math.max(rest(ns, np, nc), 0), abs(act)}
+  return reply(status + 1, allowed, rem, 0, act, math.max(rest(ns, np, nc), 0), abs(act))
 end
-return {status + 1, allowed, rem, 0, act, math.max(rest(ns, np, nc), 0)}
+return reply(status + 1, allowed, rem, 0, act, math.max(rest(ns, np, nc), 0))
 `}

@@ -449,7 +449,7 @@ end
 -- (ARGV[8]); without one, the reply asks for it: {4, 0, now_s, now_ns,
 -- 0, 0, the value}.
 local function restated()
-  if ARGV[8] ~= val then return {4, 0, now_s, now_ns, 0, 0, val} end
+  if ARGV[8] ~= val then return reply(4, 0, now_s, now_ns, 0, 0, val) end
   local a, b = string.match(ARGV[9], '^(%-?%d+) (%d+)$')
   tn, tf = rel(a), tonumber(b)
 end
@@ -580,16 +580,16 @@ if n > 0 and not le(xn, xf, taun, tauf) then delay = ceil(sub(xn, xf, taun, tauf
 if delay > maxwait then
   if corrupt then del(key) end
   local rn, rf = sub(taun, tauf, tn, tf)
-  return {status, 0, rn, rf, delay, ceil(tn, tf)}
+  return reply(status, 0, rn, rf, delay, ceil(tn, tf))
 end
 if n > 0 then put(xn, xf) elseif corrupt then del(key) end
 local rn, rf = sub(taun, tauf, xn, xf)
 local allowed = 0
 if delay == 0 then allowed = 1 end
 if op == 'r' then
-  return {status + 1, allowed, rn, rf, delay, ceil(xn, xf), token(delay, xn, xf)}
+  return reply(status + 1, allowed, rn, rf, delay, ceil(xn, xf), token(delay, xn, xf))
 end
-return {status + 1, allowed, rn, rf, delay, ceil(xn, xf)}
+return reply(status + 1, allowed, rn, rf, delay, ceil(xn, xf))
 `}
 
 // span is capacity intervals plus 1 ns: a bucket refills within it.
