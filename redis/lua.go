@@ -243,9 +243,10 @@ end
 -- call's k keys in turn. It replies one flat array of each call's reply in
 -- turn: a table's length m and its m values; or -1 and a reply that is not
 -- a table; or -2 and the error reply of a call that raised one (its
--- writes up to then stand, as for one call). each reads TIME for every decision instead (the leaky bucket,
--- whose answers depend on when each decision arrives to the microsecond:
--- events at one instant cannot all depart at once). fetch, if not 0, is
+-- writes up to then stand, as for one call). each reads TIME for every
+-- decision instead (the leaky bucket, whose answers depend on when each
+-- decision arrives to the microsecond: events at one instant cannot all
+-- depart at once). fetch, if not 0, is
 -- the position among each call's keys of a string key the call reads by
 -- get: batch then reads all of them at its start (see prefetch).
 local function batch(one, keys, argv, each, fetch)
