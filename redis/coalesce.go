@@ -431,22 +431,65 @@ func equalArgs(a, b []any) bool {
 	return true
 }
 
-// answer hands each caller of ps its part of the batch's reply v.
+// answer hands each caller of ps its part of the batch's reply v, a flat
+// array (see batch in luaPrelude): a table's reply is a slice of v's.
 func (b *batcher) answer(ps []*pending, v any, err error) {
 	vs, ok := v.([]any)
-	if err == nil && (!ok || len(vs) != len(ps)) {
+	if err == nil && (!ok || !wellFormed(vs, len(ps))) {
 		err = fmt.Errorf("unexpected batch reply %#v", v)
 	}
-	for i, p := range ps {
+	for _, p := range ps {
 		if err != nil {
 			p.ch <- result{err: err}
 			continue
 		}
-		if e, ok := vs[i].(error); ok {
-			p.ch <- result{err: e}
-			continue
+		var r result
+		r, vs = nextReply(vs)
+		p.ch <- r
+	}
+}
+
+// wellFormed reports whether vs, a batch's flat reply, holds exactly n
+// calls' replies.
+func wellFormed(vs []any, n int) bool {
+	for ; n > 0; n-- {
+		if len(vs) == 0 {
+			return false
 		}
-		p.ch <- result{v: vs[i]}
+		m, ok := vs[0].(int64)
+		switch {
+		case !ok || m < -2 || m > int64(len(vs)-1):
+			return false
+		case m == -2:
+			if len(vs) < 2 {
+				return false
+			}
+			if _, ok := vs[1].(error); !ok {
+				return false
+			}
+			vs = vs[2:]
+		case m == -1:
+			if len(vs) < 2 {
+				return false
+			}
+			vs = vs[2:]
+		default:
+			vs = vs[1+m:]
+		}
+	}
+	return len(vs) == 0
+}
+
+// nextReply returns the first call's reply of vs, a well-formed flat
+// reply, and the rest of vs.
+func nextReply(vs []any) (result, []any) {
+	switch m := vs[0].(int64); m {
+	case -2:
+		return result{err: vs[1].(error)}, vs[2:]
+	case -1:
+		return result{v: vs[1]}, vs[2:]
+	default:
+		return result{v: vs[1 : 1+m : 1+m]}, vs[1+m:]
 	}
 }
 

@@ -119,8 +119,18 @@ W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[9])
 aligned = nil
 st, c = nil, nil
 local corrupt
-v, corrupt = get(key)
-if v then
+local e = C and C[key]
+if e and e.v == nil then
+  -- Put by an earlier decision of this batch: its numbers, as they would
+  -- read from the value (see put_with).
+  v, st, c = true, relsn(e.s, e.m), e.a
+  if c > MAXL or st > hz + SKEW then
+    corrupt, st, c = true, nil, nil
+  end
+else
+  v, corrupt = get(key)
+end
+if v and not st and not corrupt then
   local a, b, x = string.match(v, F10FW)
   if a then
     st, c, a = relsn(tonumber(a), tonumber(b)), tonumber(x), true
@@ -170,7 +180,7 @@ end
 if not st or -st >= W then st, c = align(), 0 end -- a passed window counts nothing
 if n == 0 then
   if corrupt then del(key) end
-  return {status + 1, 1, remaining(st, c), 0, 0, reset(st, c)}
+  return reply(status + 1, 1, remaining(st, c), 0, 0, reset(st, c))
 end
 local target, total = st, c + n
 if n > L - c then target, total = st + W, n end
@@ -179,13 +189,13 @@ local maxwait = tonumber(ARGV[5])
 if maxwait < 0 or maxwait > hz then maxwait = hz end
 if act > maxwait then
   if corrupt then del(key) end
-  return {status, 0, remaining(st, c), 0, act, reset(st, c)}
+  return reply(status, 0, remaining(st, c), 0, act, reset(st, c))
 end
 put(target, total)
 local allowed, rem = 0, 0
 if act == 0 then allowed, rem = 1, L - total end
 if op == 'r' then
-  return {status + 1, allowed, rem, 0, act, reset(target, total), abs(act)}
+  return reply(status + 1, allowed, rem, 0, act, reset(target, total), abs(act))
 end
-return {status + 1, allowed, rem, 0, act, reset(target, total)}
+return reply(status + 1, allowed, rem, 0, act, reset(target, total))
 `}

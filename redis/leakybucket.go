@@ -148,7 +148,7 @@ local delay = ceil(en, ef)
 if n == 0 then
   if corrupt then del(key) end
   local fn, ff = sub(taun, tauf, en, ef)
-  return {status + 1, 1, fn, ff, 0, delay}
+  return reply(status + 1, 1, fn, ff, 0, delay)
 end
 local xn, xf = add(en, ef, nivn, nivf)
 local fits = le(xn, xf, taun, tauf)
@@ -160,14 +160,14 @@ if not fits or (maxwait >= 0 and delay > maxwait) then
     retry = ceil(sub(xn, xf, taun, tauf)) -- n places free then
   end
   local fn, ff = sub(taun, tauf, en, ef)
-  return {status, 0, fn, ff, retry, delay}
+  return reply(status, 0, fn, ff, retry, delay)
 end
 put(xn, xf)
 local fn, ff = sub(taun, tauf, xn, xf)
 local allowed = 0
 if delay == 0 then allowed = 1 end
 if op == 'r' then
-  return {status + 1, allowed, fn, ff, delay, ceil(xn, xf), token(delay, xn, xf)}
+  return reply(status + 1, allowed, fn, ff, delay, ceil(xn, xf), token(delay, xn, xf))
 end
-return {status + 1, allowed, fn, ff, delay, ceil(xn, xf)}
+return reply(status + 1, allowed, fn, ff, delay, ceil(xn, xf))
 `}

@@ -69,12 +69,21 @@ end
 -- Inside a batch (see batch) the string keys are cached: C maps a Redis
 -- key to {v = its value or false} as the batch last read or wrote it,
 -- with w set if written (x its expiry, as expiry computed it), and the
--- batch writes each written key back once, at its end.
+-- batch writes each written key back once, at its end. A value put_with
+-- wrote is kept as its numbers (s, m, a, b, and the formats full and
+-- tail), v nil, and formatted only when read as a string (see value) or
+-- written back: a key that several decisions of a batch update is
+-- formatted once, and a reader that knows the layout (get_instant) reads
+-- the numbers themselves.
 local C
+local value
 local function get(k)
   if C then
     local e = C[k]
-    if e then return e.v, false end
+    if e then
+      if e.v == nil then e.v = value(e) end
+      return e.v, false
+    end
   end
   local v = redis.pcall('GET', k)
   if type(v) == 'table' then return false, true end
@@ -82,17 +91,40 @@ local function get(k)
   return v, false
 end
 
+-- reply returns a decision's reply {status, allowed, a, b, retry, reset[,
+-- token]} (see limiter.go). While a batch collects its calls' replies
+-- (OUT, its flat reply, holding O values), it appends them to OUT itself,
+-- as batch lays a table out, and returns REPLIED instead: a table per
+-- decision, built and then converted to the reply, costs a batch more
+-- than the values alone.
+local OUT, O
+local REPLIED = {}
+local function reply(s, al, a, b, r, x, tok)
+  if not OUT then return {s, al, a, b, r, x, tok} end
+  local o = O
+  if tok == nil then
+    OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4], OUT[o + 5], OUT[o + 6], OUT[o + 7] = 6, s, al, a, b, r, x
+    O = o + 7
+  else
+    OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4], OUT[o + 5], OUT[o + 6], OUT[o + 7], OUT[o + 8] = 7, s, al, a, b, r, x, tok
+    O = o + 8
+  end
+  return REPLIED
+end
+
 -- begin reads a call's common arguments and takes the time.
--- t, if given, is the server's TIME a batch read once for all its
--- decisions.
+-- t, if given, is the server's TIME a batch read for the call, as numbers:
+-- {seconds, nanoseconds}.
 local function begin(keys, argv, t)
   KEYS, ARGV = keys, argv
   key, op, pad, n = keys[1], argv[1], tonumber(argv[3]), tonumber(argv[4])
   clocked = argv[2] ~= ''
   if clocked then
     now_s, now_ns = split(argv[2])
+  elseif t then
+    now_s, now_ns = t[1], t[2]
   else
-    t = t or redis.call('TIME')
+    t = redis.call('TIME')
     now_s = tonumber(t[1])
     now_ns = tonumber(t[2]) * 1000
   end
@@ -121,8 +153,9 @@ local function absplit(r)
   if m < 0 then c = c - 1; m = m + E9 elseif m >= E9 then c = c + 1; m = m - E9 end
   return now_s + c, m
 end
-local function abs(r)
-  local s, m = absplit(r)
+-- absfmt returns the instant s seconds and m ns (0 <= m < 1e9) after
+-- the epoch as a decimal string of Unix ns.
+local function absfmt(s, m)
   if s >= 0 then
     if s == 0 then return string.format('%d', m) end
     return string.format('%d%09d', s, m)
@@ -132,6 +165,7 @@ local function abs(r)
   if s == 0 then return string.format('-%d', m) end
   return string.format('-%d%09d', s, m)
 end
+local function abs(r) return absfmt(absplit(r)) end
 
 -- expiry returns when a key at rest r > 0 ns from now expires. On the
 -- server's clock (TIME) it is absolute, in Unix ms: the millisecond after
@@ -156,12 +190,7 @@ end
 -- write where Redis has SET with PXAT.
 local function put_until(k, v, r)
   if C then
-    local e = C[k]
-    if e then
-      e.v, e.w, e.x, e.c = v, true, expiry(r), clocked
-    else
-      C[k] = {v = v, w = true, x = expiry(r), c = clocked}
-    end
+    C[k] = {v = v, w = true, x = expiry(r), c = clocked}
     return
   end
   if clocked then
@@ -211,24 +240,27 @@ end
 -- [3] how many parameter blocks follow (b), then each block as its length
 -- and its values (a call's ARGV[6] on), then 5 values per call: its
 -- block's number, op, now ('' for TIME), n and ARGV[5]. KEYS holds each
--- call's k keys in turn. It replies one reply per call, an error reply
--- for a call that raised one (its writes up to then stand, as for one
--- call). each reads TIME for every decision instead (the leaky bucket,
--- whose answers depend on when each decision arrives to the microsecond:
--- events at one instant cannot all depart at once). fetch, if not 0, is
+-- call's k keys in turn. It replies one flat array of each call's reply in
+-- turn: a table's length m and its m values; or -1 and a reply that is not
+-- a table; or -2 and the error reply of a call that raised one (its
+-- writes up to then stand, as for one call). each reads TIME for every
+-- decision instead (the leaky bucket, whose answers depend on when each
+-- decision arrives to the microsecond: events at one instant cannot all
+-- depart at once). fetch, if not 0, is
 -- the position among each call's keys of a string key the call reads by
 -- get: batch then reads all of them at its start (see prefetch).
 local function batch(one, keys, argv, each, fetch)
   local kpc, nb = tonumber(argv[2]), tonumber(argv[3])
   local blocks, i = {}, 4
   for b = 1, nb do
-    local len, a = tonumber(argv[i]), {false, false, argv[1], false, false}
+    local len, a = tonumber(argv[i]), {false, false, tonumber(argv[1]), false, false}
     for j = 1, len do a[5 + j] = argv[i + j] end
     blocks[b] = a
     i = i + 1 + len
   end
   local t
   local out, ks, c = {}, {}, 0
+  O = 0
   C = {}
   if fetch == 1 and kpc == 1 then
     prefetch(keys)
@@ -240,23 +272,37 @@ local function batch(one, keys, argv, each, fetch)
   while i + 4 <= #argv do
     local a = blocks[tonumber(argv[i])]
     a[1], a[2], a[4], a[5] = argv[i + 1], argv[i + 2], argv[i + 3], argv[i + 4]
-    if (each or not t) and a[2] == '' then t = redis.call('TIME') end
+    if (each or not t) and a[2] == '' then
+      local tm = redis.call('TIME')
+      t = {tonumber(tm[1]), tonumber(tm[2]) * 1000}
+    end
     for j = 1, kpc do ks[j] = keys[c * kpc + j] end
     c = c + 1
+    OUT = out
     local ok, r = pcall(one, ks, a, t)
-    if ok then
-      out[c] = r
-    elseif type(r) == 'table' and r.err then
-      out[c] = r
+    local o = O
+    if r == REPLIED then
+    elseif not ok or (type(r) == 'table' and r.err) then
+      if type(r) ~= 'table' or not r.err then r = redis.error_reply(tostring(r)) end
+      out[o + 1], out[o + 2] = -2, r
+      O = o + 2
+    elseif type(r) ~= 'table' then
+      if r == nil then r = false end
+      out[o + 1], out[o + 2] = -1, r
+      O = o + 2
     else
-      out[c] = redis.error_reply(tostring(r))
+      local m = #r
+      out[o + 1] = m
+      for j = 1, m do out[o + 1 + j] = r[j] end
+      O = o + 1 + m
     end
     i = i + 5
   end
   local w = C
-  C = nil
+  C, OUT = nil, nil
   for k, e in pairs(w) do
     if e.w then
+      if e.v == nil then e.v = value(e) end
       if not e.v then
         redis.call('DEL', k)
       elseif e.c then
@@ -277,18 +323,25 @@ end
 -- the pattern itself.
 local F10 = '^(%d%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d%d%d%d) '
 -- put_with stores in key k the instant r ns after now, a space and the
--- integers a (and b) as the format tail writes them, expiring once at
+-- values a (and b) as the format tail writes them, expiring once at
 -- rest, e ns from now; full is '%d%09d ' followed by tail, which writes
--- the common instant (10-digit seconds) in the same string.format.
+-- the common instant (10-digit seconds) in the same string.format. In a
+-- batch it keeps the numbers, formatted once at the batch's end (see get).
+local function layout(s, m, full, tail, a, b)
+  if s >= 1000000000 and s < 10000000000 then
+    return string.format(full, s, m, a, b)
+  end
+  return absfmt(s, m) .. ' ' .. string.format(tail, a, b)
+end
+value = function(e) return layout(e.s, e.m, e.full, e.tail, e.a, e.b) end
 local function put_with(k, r, full, tail, a, b, e)
   local s, m = absplit(r)
-  local v
-  if s >= 1000000000 and s < 10000000000 then
-    v = string.format(full, s, m, a, b)
-  else
-    v = abs(r) .. ' ' .. string.format(tail, a, b)
+  if C then
+    -- A new table, built whole: cheaper than adding fields to the old.
+    C[k] = {s = s, m = m, full = full, tail = tail, a = a, b = b, w = true, x = expiry(e), c = clocked}
+    return
   end
-  put_until(k, v, e)
+  put_until(k, layout(s, m, full, tail, a, b), e)
 end
 `
 

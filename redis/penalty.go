@@ -53,7 +53,7 @@ func penaltyCheck(c *config) error {
 // body that checks and records the block state (see luaPenalty).
 func penaltyScript(s script) script {
 	return script{name: s.name + "_p", timeEach: s.timeEach, fetch: s.fetch,
-		defs: s.defs + "\nlocal function algo()\n" + s.body + "\nend\n",
+		defs: s.defs + "\nlocal function algo()\n" + s.body + "\nend\n" + luaAlgoTable,
 		body: luaPenalty}
 }
 
@@ -110,6 +110,18 @@ func (l *caller) penaltyEvents(key string, r *reply) {
 	}
 }
 
+// luaAlgoTable defines algo_table: algo's reply as a table even in a batch
+// (see reply in luaPrelude), for the penalty box to amend.
+const luaAlgoTable = `
+local function algo_table()
+  local out = OUT
+  OUT = nil
+  local r = algo()
+  OUT = out
+  return r
+end
+`
+
 // luaPenalty is a penalty script's body. ARGV[6..8] are after, within and
 // block (ns); the algorithm's arguments follow and are shifted back to
 // ARGV[6] before algo runs. The last KEYS entry is the block key: "b "
@@ -135,7 +147,7 @@ if v then
       local asked = n
       n, op = 0, 's'
       ARGV[1], ARGV[4], ARGV[5] = 's', '0', '0'
-      local r = algo()
+      local r = algo_table()
       if type(r) ~= 'table' then return r end
       local c = 0
       if r[1] % 4 >= 2 then c = 2 end
@@ -151,7 +163,7 @@ if v then
     hist = v
   end
 end
-local r = algo()
+local r = algo_table()
 if type(r) ~= 'table' then return r end
 if n > 0 and r[1] % 2 == 0 and r[1] % 8 < 4 then
   local kept = {}

@@ -87,10 +87,21 @@ func (sc *SlidingWindowCounter) SetRate(rate ratelimit.Rate) error {
 // remaining (the core's swcAlgo methods of those names).
 const luaSWCMath = luaWide + `
 local W, L
+-- Products of integers below EXACT (2^52) are exact in a double: where
+-- the largest product a function takes is below it, it skips the limbs.
+local EXACT = 4503599627370496
 -- earliest: the least e >= e0 with prev*(W-e) + count*W <= L*W; W if none
 -- below W. With k = floor((L-count)*W / prev), that is max(e0, W-k).
 local function earliest(prev, count, e0)
   if prev == 0 or L - count >= prev then return e0 end -- k >= W
+  if prev * W < EXACT and L >= count then
+    -- Every product below is under prev*W < 2^52: exact in a double.
+    local T = (L - count) * W
+    local k = math.min(math.floor((L - count) / prev * W), W - 1)
+    while k > 0 and k * prev > T do k = k - 1 end
+    while (k + 1) * prev <= T do k = k + 1 end
+    return math.max(e0, W - k)
+  end
   local T = mul(L - count, W)
   local k = math.min(math.floor((L - count) / prev * W), W - 1)
   while k > 0 and wcmp(mul(k, prev), T) > 0 do k = k - 1 end
@@ -102,6 +113,14 @@ end
 local function remaining(s, prev, cur)
   local e = -s
   if e < 0 then return 0 end
+  if prev * W < EXACT and e <= W then
+    -- Every product below is under prev*W < 2^52: exact in a double.
+    local P = prev * (W - e)
+    local q = math.max(math.min(math.ceil(prev / W * (W - e)), prev), 0)
+    while q > 0 and (q - 1) * W >= P do q = q - 1 end
+    while q * W < P do q = q + 1 end
+    return math.max(L - cur - q, 0)
+  end
   local P = mul(prev, W - e)
   local q = math.max(math.min(math.ceil(prev / W * (W - e)), prev), 0)
   while q > 0 and wcmp(mul(q - 1, W), P) >= 0 do q = q - 1 end
@@ -140,8 +159,18 @@ W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[9])
 aligned = nil
 st, prev, cur = nil, nil, nil
 local corrupt
-v, corrupt = get(key)
-if v then
+local e = C and C[key]
+if e and e.v == nil then
+  -- Put by an earlier decision of this batch: its numbers, as they would
+  -- read from the value (see put_with).
+  v, st, prev, cur = true, relsn(e.s, e.m), e.a, e.b
+  if prev > MAXL or cur > MAXL or st > hz + SKEW then
+    corrupt, st = true, nil
+  end
+else
+  v, corrupt = get(key)
+end
+if v and not st and not corrupt then
   local a, b, c, d = string.match(v, F10SWC)
   if a then
     st, prev, cur, a = relsn(tonumber(a), tonumber(b)), tonumber(c), tonumber(d), true
@@ -211,7 +240,7 @@ elseif -st >= W then
 end
 if n == 0 then
   if corrupt then del(key) end
-  return {status + 1, 1, remaining(st, prev, cur), 0, 0, math.max(rest(st, prev, cur), 0)}
+  return reply(status + 1, 1, remaining(st, prev, cur), 0, 0, math.max(rest(st, prev, cur), 0))
 end
 local e0 = math.max(-st, 0)
 local ns, np, nc, act
@@ -231,13 +260,13 @@ local maxwait = tonumber(ARGV[5])
 if maxwait < 0 or maxwait > hz then maxwait = hz end
 if act > maxwait then
   if corrupt then del(key) end
-  return {status, 0, remaining(st, prev, cur), 0, act, math.max(rest(st, prev, cur), 0)}
+  return reply(status, 0, remaining(st, prev, cur), 0, act, math.max(rest(st, prev, cur), 0))
 end
 put(ns, np, nc)
 local allowed, rem = 0, 0
 if act == 0 then allowed, rem = 1, remaining(ns, np, nc) end
 if op == 'r' then
-  return {status + 1, allowed, rem, 0, act, math.max(rest(ns, np, nc), 0), abs(act)}
+  return reply(status + 1, allowed, rem, 0, act, math.max(rest(ns, np, nc), 0), abs(act))
 end
-return {status + 1, allowed, rem, 0, act, math.max(rest(ns, np, nc), 0)}
+return reply(status + 1, allowed, rem, 0, act, math.max(rest(ns, np, nc), 0))
 `}

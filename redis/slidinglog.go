@@ -294,8 +294,8 @@ end
 
 local from = math.max(0, floor, newest)
 if n == 0 then
-  if op == 'r' then return {status + 1, 1, remaining(from), 0, 0, reset(), abs(0)} end
-  return {status + 1, 1, remaining(from), 0, 0, reset()}
+  if op == 'r' then return reply(status + 1, 1, remaining(from), 0, 0, reset(), abs(0)) end
+  return reply(status + 1, 1, remaining(from), 0, 0, reset())
 end
 local act = from
 local j = N - (L - n) - 1
@@ -303,7 +303,7 @@ if j >= 0 then act = math.max(act, at(j) + W) end
 local maxwait = tonumber(ARGV[5])
 if maxwait < 0 or maxwait > hz then maxwait = hz end
 if act > maxwait then
-  return {status, 0, remaining(from), 0, act, reset()}
+  return reply(status, 0, remaining(from), 0, act, reset())
 end
 drop(after(-W))
 if N + n - L > 0 then drop(N + n - L) end
@@ -322,7 +322,7 @@ store()
 local allowed, rem = 0, 0
 if act == 0 then allowed, rem = 1, L - N end
 if op == 'r' then
-  return {status + 1, allowed, rem, 0, act, act + W, a}
+  return reply(status + 1, allowed, rem, 0, act, act + W, a)
 end
-return {status + 1, allowed, rem, 0, act, act + W}
+return reply(status + 1, allowed, rem, 0, act, act + W)
 `}

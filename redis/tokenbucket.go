@@ -383,22 +383,30 @@ end
 -- further ahead than the algorithm ever books), which is reported as
 -- corrupt and replaced.
 local function get_instant()
-  local v, wrong = get(key)
-  val = v
-  if wrong then held = true; return 0, 0, true end
-  if not v then return 0, 0 end
-  held = true
+  local e = C and C[key]
   local r, b, tg
-  local s, ns
-  s, ns, b, tg = string.match(v, F10TB)
-  if s then
-    r = relsn(tonumber(s), tonumber(ns))
+  if e and e.v == nil and e.b == tag then
+    -- Put by an earlier decision of this batch, under these parameters:
+    -- its numbers, as they would read from the value (see put_with).
+    held, val = true, nil
+    r, b, tg = relsn(e.s, e.m), e.a, tag
   else
-    local a
-    a, b, tg = string.match(v, '^(%-?%d+) (%d+) ?(%S*)$')
-    if a then r = rel(a) end
+    local v, wrong = get(key)
+    val = v
+    if wrong then held = true; return 0, 0, true end
+    if not v then return 0, 0 end
+    held = true
+    local s, ns
+    s, ns, b, tg = string.match(v, F10TB)
+    if s then
+      r = relsn(tonumber(s), tonumber(ns))
+    else
+      local a
+      a, b, tg = string.match(v, '^(%-?%d+) (%d+) ?(%S*)$')
+      if a then r = rel(a) end
+    end
+    if not r then return 0, 0, true end
   end
-  if not r then return 0, 0, true end
   local f = tonumber(b)
   if tg == '' or tg == tag then
     if f < den and r <= hz + taun + MAXSPAN + SKEW then return r, f end
@@ -441,7 +449,7 @@ end
 -- (ARGV[8]); without one, the reply asks for it: {4, 0, now_s, now_ns,
 -- 0, 0, the value}.
 local function restated()
-  if ARGV[8] ~= val then return {4, 0, now_s, now_ns, 0, 0, val} end
+  if ARGV[8] ~= val then return reply(4, 0, now_s, now_ns, 0, 0, val) end
   local a, b = string.match(ARGV[9], '^(%-?%d+) (%d+)$')
   tn, tf = rel(a), tonumber(b)
 end
@@ -572,16 +580,16 @@ if n > 0 and not le(xn, xf, taun, tauf) then delay = ceil(sub(xn, xf, taun, tauf
 if delay > maxwait then
   if corrupt then del(key) end
   local rn, rf = sub(taun, tauf, tn, tf)
-  return {status, 0, rn, rf, delay, ceil(tn, tf)}
+  return reply(status, 0, rn, rf, delay, ceil(tn, tf))
 end
 if n > 0 then put(xn, xf) elseif corrupt then del(key) end
 local rn, rf = sub(taun, tauf, xn, xf)
 local allowed = 0
 if delay == 0 then allowed = 1 end
 if op == 'r' then
-  return {status + 1, allowed, rn, rf, delay, ceil(xn, xf), token(delay, xn, xf)}
+  return reply(status + 1, allowed, rn, rf, delay, ceil(xn, xf), token(delay, xn, xf))
 end
-return {status + 1, allowed, rn, rf, delay, ceil(xn, xf)}
+return reply(status + 1, allowed, rn, rf, delay, ceil(xn, xf))
 `}
 
 // span is capacity intervals plus 1 ns: a bucket refills within it.
