@@ -31,11 +31,36 @@ type fairClasses struct {
 	opts    map[[3]string][]metric.AddOption // {limiter, class, outcome}
 }
 
-func (f *fairClasses) init(meter metric.Meter) error {
+// fairCounter is one counter of class (or group) decisions: its name,
+// unit and description, and its attributes.
+type fairCounter struct {
+	name, unit, desc string
+	nameKey, key     attribute.Key
+	denied           string
+}
+
+// The counters of fairClasses.
+var (
+	fairClassCounter = fairCounter{"ratelimit.fair.class.decisions", "{decision}",
+		"Decisions of a fair-share limit with priority classes, by limiter, class and outcome (allowed or denied).",
+		LimiterKey, ClassKey, "denied"}
+	fairGroupCounter = fairCounter{"ratelimit.fair.group.decisions", "{decision}",
+		"Decisions of a fair-share limit by tenant group, by limiter, group and outcome (allowed or denied).",
+		LimiterKey, GroupKey, "denied"}
+	bulkheadClassCounter = fairCounter{"ratelimit.bulkhead.class.decisions", "{call}",
+		"TryAcquire and Acquire calls of a bulkhead with priority classes, by bulkhead, class and outcome (allowed or rejected).",
+		BulkheadKey, ClassKey, "rejected"}
+)
+
+// init makes f count as c says: the class decisions of Fairs
+// (ratelimit.EventFairClass, fairClassCounter), their decisions by tenant
+// group (ratelimit.EventFairGroup, fairGroupCounter) or the class
+// decisions of bulkheads (ratelimit.EventBulkheadClass,
+// bulkheadClassCounter).
+func (f *fairClasses) init(meter metric.Meter, c fairCounter) error {
 	var err error
-	f.nameKey, f.key, f.denied = LimiterKey, ClassKey, "denied"
-	f.counter, err = meter.Int64Counter("ratelimit.fair.class.decisions", metric.WithUnit("{decision}"),
-		metric.WithDescription("Decisions of a fair-share limit with priority classes, by limiter, class and outcome (allowed or denied)."))
+	f.nameKey, f.key, f.denied = c.nameKey, c.key, c.denied
+	f.counter, err = meter.Int64Counter(c.name, metric.WithUnit(c.unit), metric.WithDescription(c.desc))
 	return err
 }
 
@@ -61,15 +86,4 @@ func (f *fairClasses) observe(limiter string, e ratelimit.Event) {
 	}
 	f.mu.Unlock()
 	f.counter.Add(context.Background(), 1, opt...)
-}
-
-// initGroups makes f count the decisions of Fairs by tenant group
-// (ratelimit.EventFairGroup) as ratelimit.fair.group.decisions, by
-// limiter, group and outcome.
-func (f *fairClasses) initGroups(meter metric.Meter) error {
-	var err error
-	f.nameKey, f.key, f.denied = LimiterKey, GroupKey, "denied"
-	f.counter, err = meter.Int64Counter("ratelimit.fair.group.decisions", metric.WithUnit("{decision}"),
-		metric.WithDescription("Decisions of a fair-share limit by tenant group, by limiter, group and outcome (allowed or denied)."))
-	return err
 }

@@ -173,13 +173,13 @@ func New(meter metric.Meter, opts ...Option) (*Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err = m.fair.init(meter); err != nil {
+	if err = m.fair.init(meter, fairClassCounter); err != nil {
 		return nil, err
 	}
-	if err = m.bulkheadClass.initBulkhead(meter); err != nil {
+	if err = m.bulkheadClass.init(meter, bulkheadClassCounter); err != nil {
 		return nil, err
 	}
-	if err = m.fairGroup.initGroups(meter); err != nil {
+	if err = m.fairGroup.init(meter, fairGroupCounter); err != nil {
 		return nil, err
 	}
 	m.wait, err = meter.Float64Histogram("ratelimit.wait.duration", metric.WithUnit("s"),
