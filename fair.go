@@ -386,7 +386,11 @@ func (f *Fair) guaranteed(t *tenant, n, now int64) bool {
 	}
 	// used ≤ b + ⌊g·τ/W⌋ ⟺ (used − b)·W ≤ g·τ, as used − b is a whole
 	// number: two 128-bit products compared, no division.
-	tau := now - f.win*f.window // in [0, W)
+	// τ is in [0, W) but for a clock that moved back into an earlier
+	// window (roll never moves the window back): there, as at the
+	// window's start, only b is paced. A negative τ would wrap to a huge
+	// product and guarantee all of g at once.
+	tau := max(0, now-f.win*f.window)
 	ghi, glo := bits.Mul64(uint64(t.g), uint64(tau))
 	uhi, ulo := bits.Mul64(uint64(used-b), uint64(f.window))
 	return uhi < ghi || uhi == ghi && ulo <= glo
