@@ -113,7 +113,10 @@ type Rule struct {
 	// ErrUnknownClass. It needs a Global rule and no Limiter of its own.
 	// With Fair, the tenants share the limit as Fair says; without it,
 	// every request is of one tenant. Class names must be unique, without
-	// spaces, commas or "=".
+	// spaces, commas or "=". The reserves of all classes but one must add
+	// up to less than Burst, for each class: a request past its class's
+	// reserve needs the bucket to hold more than what the others still
+	// reserve, and the bucket holds at most Burst.
 	Classes []Class
 }
 

@@ -197,3 +197,78 @@ func TestRulesClassesReload(t *testing.T) {
 		t.Fatal("a change of the classes kept the old Fair")
 	}
 }
+
+// A rule whose other classes reserve the whole burst or more leaves a
+// class refused on an idle rule, whatever it asks: a request past its
+// class's reserve needs the bucket's Remaining (at most the burst) above
+// what the other classes have still to use. Such a rule is refused
+// loudly. Each accepted rule of the table lets its lowest class (which
+// reserves nothing) through on an idle rule; each refused one would have
+// refused it for a whole window.
+func TestRulesClassesFitBurst(t *testing.T) {
+	for _, c := range []struct {
+		config string
+		ok     bool
+	}{
+		{"*: 1000/s burst 100 global classes critical=200,normal", false},
+		{"*: 1000/s burst 100 global classes critical=100,normal", false},
+		{"*: 1000/s burst 101 global classes critical=100,normal", true},
+		{"*: 10/s global classes a=10,b", false},
+		{"*: 10/s global classes a=9,b", true},
+		{"*: 10/s global classes a=5,b=5", true},
+		{"*: 10/s burst 5 global classes a=5,b=5", false},
+		{"*: 10/s burst 6 global fair per user classes a=5,b=5", true},
+		{"*: 10/s burst 3 global fair per user classes a=2,b=1,c", false},
+	} {
+		clock := NewManualClock(t0)
+		rs, err := ParseRules(c.config, WithClock(clock))
+		if !c.ok {
+			if !errors.Is(err, ErrInvalidRule) || !strings.Contains(err.Error(), "never take a request beyond its reserve") {
+				t.Errorf("%q: %v, want an ErrInvalidRule", c.config, err)
+			}
+			// What the rule would do: the class reserving least is allowed
+			// its reserve in a window and nothing more, though it alone
+			// asks, on every step.
+			r, perr := parseRule(c.config)
+			if perr != nil {
+				t.Fatal(perr)
+			}
+			if r.Burst == 0 {
+				r.Burst = int(r.Rate.N)
+			}
+			tb, err := NewTokenBucket(r.Rate, r.Burst, WithClock(clock))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := NewFair(tb, r.Rate, WithClasses(r.Classes...), WithFairClock(clock))
+			if err != nil {
+				t.Fatal(err)
+			}
+			low := 0
+			for i, cl := range r.Classes {
+				if cl.Reserved < r.Classes[low].Reserved {
+					low = i
+				}
+			}
+			got := int64(0)
+			for i := range 100 {
+				clock.Set(t0.Add(time.Duration(i) * r.Rate.Period / 100))
+				if f.AllowPriority("u", Priority(low)) {
+					got++
+				}
+			}
+			if got > r.Classes[low].Reserved {
+				t.Fatalf("%q: class %q alone was allowed %d in a window, past its reserve: the rule need not be refused", c.config, r.Classes[low].Name, got)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", c.config, err)
+			continue
+		}
+		if d, err := rs.Check(context.Background(), "x", Subject{User: "u"}, 1); err != nil || !d.Allowed {
+			t.Errorf("%q: the lowest class refused on an idle rule: %+v, %v", c.config, d, err)
+		}
+		rs.Close()
+	}
+}

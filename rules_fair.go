@@ -151,6 +151,32 @@ func validClassNames(r Rule) error {
 		}
 		seen[c.Name] = true
 	}
+	return classesFitBurst(r)
+}
+
+// classesFitBurst checks that every class of the rule can take a request
+// beyond its reserve on an idle rule: a request past its class's reserve
+// needs the bucket's Remaining above what the other classes have still to
+// use of theirs, and Remaining is at most the burst. Reserves of the other
+// classes adding up to the burst or more would leave that class refused
+// forever (a class reserving nothing, the lowest by default, refused every
+// request), so they are refused here. Reserves NewFair refuses (negative,
+// or adding up to more than the rate's count) are left to it.
+func classesFitBurst(r Rule) error {
+	var sum int64
+	low := r.Classes[0]
+	for _, c := range r.Classes {
+		if c.Reserved < 0 || c.Reserved > r.Rate.N-sum {
+			return nil
+		}
+		sum += c.Reserved
+		if c.Reserved < low.Reserved {
+			low = c
+		}
+	}
+	if others := sum - low.Reserved; others >= int64(r.Burst) {
+		return fmt.Errorf("class %q could never take a request beyond its reserve: the other classes reserve %d of a burst of %d (reserve less, or raise the burst)", low.Name, others, r.Burst)
+	}
 	return nil
 }
 
