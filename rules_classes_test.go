@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -270,5 +271,48 @@ func TestRulesClassesFitBurst(t *testing.T) {
 			t.Errorf("%q: the lowest class refused on an idle rule: %+v, %v", c.config, d, err)
 		}
 		rs.Close()
+	}
+}
+
+// "as" names the rule with the rest of the line: classes or a penalty
+// written after it would have named the rule and been dropped without a
+// word (the rule a plain global limit). They are refused; words that are
+// no modifier stay part of the name, and a rule written with its default
+// name (a fair rule's ends in "fair per user") still reads back.
+func TestRulesModifiersAfterName(t *testing.T) {
+	for _, c := range []struct{ config, want string }{
+		{"*: 10/s global as api classes a=5,b", `"classes" after "as"`},
+		{"*: 10/s global fair per user as api CLASSES hi=2,lo", `"classes" after "as"`},
+		{"POST /login: 5/m per ip as login block 15m after 5", `"block" after "as"`},
+	} {
+		_, err := ParseRules(c.config)
+		if !errors.Is(err, ErrInvalidRule) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want an ErrInvalidRule saying %s", c.config, err, c.want)
+		}
+	}
+	for _, c := range []struct{ config, name string }{
+		{"*: 10/s global as api classes", "api classes"},
+		{"*: 10/s global as block list", "block list"},
+		{"*: 10/s global classes a=5,b as api", "api"},
+	} {
+		rs, err := ParseRules(c.config)
+		if err != nil {
+			t.Errorf("%q: %v", c.config, err)
+			continue
+		}
+		if r := rs.For("*").Rules()[0]; r.Name != c.name {
+			t.Errorf("%q: name %q, want %q", c.config, r.Name, c.name)
+		}
+		rs.Close()
+	}
+	rs, err := ParseRules("*: 10/s global fair per user classes a=5,b block 1m after 3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	r := rs.For("*").Rules()[0]
+	back, err := parseRule(r.text())
+	if err != nil || back.Name != r.Name || !slices.Equal(back.Classes, r.Classes) || back.Penalty != r.Penalty || back.Fair != r.Fair {
+		t.Fatalf("%q reads back %+v, %v", r.text(), back, err)
 	}
 }

@@ -107,7 +107,9 @@ func quoteRule(t string) string {
 // per ip" after "global" splits the global limit fairly among the users or
 // client addresses that use it (Rule.Fair); "shadow" after the scope
 // tries the rule without enforcing it (Rule.Shadow); "as" names the rule
-// (the rest of the line). Blank lines and text after "#" are ignored.
+// (the rest of the line: classes or "block" after it are refused, as they
+// would name the rule rather than apply). Blank lines and text after "#"
+// are ignored.
 //
 // A line "exempt" followed by addresses or CIDR prefixes ("exempt
 // 10.0.0.0/8 192.0.2.7", or "exempt ip ...") or by "user" and one user id
@@ -182,6 +184,9 @@ func parseRule(line string) (Rule, error) {
 			return r, errors.New(`"as" without a name`)
 		}
 		r.Name = strings.Join(f[i+1:], " ")
+		if err := modifierInName(f[i+1:]); err != nil {
+			return r, err
+		}
 		f = f[:i]
 	}
 	if f, r.Penalty, err = parsePenalty(f); err != nil {
@@ -223,6 +228,20 @@ func parseRule(line string) (Rule, error) {
 	}
 	r.Rate = rate
 	return r, nil
+}
+
+// modifierInName refuses a name, the words after "as", that holds a
+// classes list or a penalty ("block D after N"): the name runs to the end
+// of the line, so those words would only name the rule, and the classes'
+// reserves or the penalty box would be lost without a word.
+func modifierInName(words []string) error {
+	if _, cs, err := parseClasses(slices.Clone(words)); err == nil && cs != nil {
+		return errors.New(`"classes" after "as" would be part of the rule's name, not its classes: put the modifiers before "as"`)
+	}
+	if _, p, err := parsePenalty(slices.Clone(words)); err == nil && p != (Penalty{}) {
+		return errors.New(`"block" after "as" would be part of the rule's name, not its penalty: put the modifiers before "as"`)
+	}
+	return nil
 }
 
 // classEnd returns the index of the colon that ends a rule line's class:
