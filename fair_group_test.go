@@ -169,34 +169,6 @@ func TestFairGroupsSameDecisions(t *testing.T) {
 	}
 }
 
-// The group function is the caller's code: it is called without Fair's
-// lock held, so it may call the Fair itself.
-func TestFairGroupsOutsideLock(t *testing.T) {
-	clk := NewManualClock(t0)
-	tb, err := NewTokenBucket(PerSecond(10), 10, WithClock(clk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f *Fair
-	calls := 0
-	f, err = NewFair(tb, PerSecond(10), WithFairClock(clk),
-		WithTenantGroups([]string{"a"}, func(string) int { calls++; f.Share(); return 0 }),
-		WithFairObserver(ObserverFunc(func(Event) {})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan bool)
-	go func() { done <- f.Allow("t") }()
-	select {
-	case ok := <-done:
-		if !ok || calls != 1 {
-			t.Fatalf("Allow = %v with %d group calls, want true and 1", ok, calls)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the group function was called with Fair's lock held: deadlock")
-	}
-}
-
 // Bad groups fail NewFair loudly, never as no groups.
 func TestFairGroupsInvalid(t *testing.T) {
 	tb, err := NewTokenBucket(PerSecond(10), 10)
