@@ -148,7 +148,9 @@ if v then
       n, op = 0, 's'
       ARGV[1], ARGV[4], ARGV[5] = 's', '0', '0'
       local r = algo_table()
-      if type(r) ~= 'table' then return r end
+      -- A state to re-express first (see tbScript): the caller does, and
+      -- asks again.
+      if type(r) ~= 'table' or r[1] % 8 >= 4 then return r end
       local c = 0
       if r[1] % 4 >= 2 then c = 2 end
       r[1] = 8 + c

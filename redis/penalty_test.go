@@ -270,3 +270,52 @@ func TestPenaltyCoalesced(t *testing.T) {
 		t.Fatalf("allowed %d (want 3), peek %+v %v (want blocked)", ok.Load(), d, err)
 	}
 }
+
+// TestPenaltyBlockedRestates: a peek at a blocked key of a bucket whose
+// state was written before a rate change re-expresses the state first
+// (the script asks, the limiter answers), as an unblocked one does, and
+// reports the bucket's ResetAfter, not the block's alone.
+func TestPenaltyBlockedRestates(t *testing.T) {
+	client := newClient(t, redisAddr(t), true)
+	for _, a := range testAlgorithms {
+		if a.vectors != "tokenbucket" && a.vectors != "leakymeter" {
+			continue
+		}
+		for _, batch := range []bool{false, true} {
+			mc := ratelimit.NewManualClock(start)
+			opts := []Option{WithClock(mc), withClockTime(600_000), WithPrefix(testPrefix(t)),
+				WithPenalty(2, 2*time.Second, 500*time.Millisecond)}
+			if batch {
+				opts = append(opts, withBatchAlways())
+			}
+			rl, err := a.redis(client, ratelimit.PerSecond(3), 3, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ml, err := a.core(ratelimit.PerSecond(3), 3, ratelimit.WithClock(mc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			box, err := ratelimit.NewPenaltyBox(ml, 2, 2*time.Second, 500*time.Millisecond, ratelimit.WithClock(mc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 4 { // empties the bucket, then two refusals: blocked
+				rl.AllowN(bg, "k", 3)
+				box.AllowN(bg, "k", 3)
+			}
+			slow := ratelimit.Per(1, 10*time.Second)
+			if err := setRate(rl, true, params{slow, 3}); err != nil {
+				t.Fatal(err)
+			}
+			if err := setRate(ml, true, params{slow, 3}); err != nil {
+				t.Fatal(err)
+			}
+			got, err1 := rl.AllowN(bg, "k", 0)
+			want, err2 := box.AllowN(bg, "k", 0)
+			if got != want || err1 != nil || err2 != nil {
+				t.Errorf("%s batch=%v: blocked peek after SetRate: redis %+v %v, core %+v %v", a.name, batch, got, err1, want, err2)
+			}
+		}
+	}
+}

@@ -224,3 +224,37 @@ func TestSlidingLogSettleEitherOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestSettleDebtAtHugeRates: a bucket whose rate makes more than 2^63
+// intervals in 60 days (the bound of a debt, see tbAlgo.debt) books a
+// Settle's excess as in memory, not a debt the bound wrapped round.
+func TestSettleDebtAtHugeRates(t *testing.T) {
+	client := newClient(t, redisAddr(t), true)
+	for _, a := range testAlgorithms {
+		if !a.bucket {
+			continue
+		}
+		for _, rate := range []ratelimit.Rate{ratelimit.Per(1<<52, time.Second), ratelimit.Per(1<<52, 2*time.Second), ratelimit.Per(1<<42, time.Second)} {
+			c := a.conformanceCase(params{rate, 1 << 20})
+			for _, actual := range []int{2, 3, 1 << 20} {
+				mc := ratelimit.NewManualClock(start)
+				core, rds := pairFor(t, c, mc, client)
+				rc, err1 := core.(ratelimit.Taker).Take(bg, "k", 1)
+				rr, err2 := rds.(ratelimit.Taker).Take(bg, "k", 1)
+				if err1 != nil || err2 != nil || !rc.OK() || !rr.OK() {
+					t.Fatalf("%s: Take: core %v %v, redis %v %v", c.name, rc.OK(), err1, rr.OK(), err2)
+				}
+				dc, err1 := rc.Settle(actual)
+				dr, err2 := rr.Settle(actual)
+				if dc != dr || err1 != nil || err2 != nil {
+					t.Errorf("%s: Settle(%d): core %+v %v, redis %+v %v", c.name, actual, dc, err1, dr, err2)
+				}
+				dc, _ = core.AllowN(bg, "k", 0)
+				dr, _ = rds.AllowN(bg, "k", 0)
+				if dc != dr {
+					t.Errorf("%s: peek after Settle(%d): core %+v, redis %+v", c.name, actual, dc, dr)
+				}
+			}
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -211,9 +212,11 @@ func (a *tbAlgo) max() int { return int(a.capacity) }
 
 // debt bounds a debt: the intervals in 60 days, and one more, take a TAT
 // from no earlier than 25 days back past the cap of a debt (35 days
-// ahead), and stay exact in Lua (below 104 days).
+// ahead), and stay exact in Lua (below 104 days). The count saturates at
+// the largest int64 (a rate above about 1.8e12/s): one more must not wrap.
 func (a *tbAlgo) debt(e int) int {
-	return int(min(int64(e), a.iv.Count(exact.Time{Ns: int64(60 * 24 * time.Hour)})+1))
+	c := min(a.iv.Count(exact.Time{Ns: int64(60 * 24 * time.Hour)}), math.MaxInt64-1)
+	return int(min(int64(e), c+1))
 }
 
 // restate re-expresses a state the script found written under earlier
