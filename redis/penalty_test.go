@@ -72,7 +72,7 @@ func TestPenaltyMatchesCore(t *testing.T) {
 					if err1 != nil || err2 != nil {
 						t.Fatalf("step %d: errors %v, %v", i, err1, err2)
 					}
-					if got.Allowed != want.Allowed || got.RetryAfter != want.RetryAfter || got.Remaining != want.Remaining {
+					if got.Allowed != want.Allowed || got.RetryAfter != want.RetryAfter || got.Remaining != want.Remaining || got.ResetAfter != want.ResetAfter {
 						t.Fatalf("step %d key %s n %d: redis %+v, core %+v", i, key, n, got, want)
 					}
 				}

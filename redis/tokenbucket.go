@@ -573,6 +573,9 @@ if settling then
   n, nivn, nivf, niv_s = 0, 0, 0, nil
 else
   maxwait = tonumber(ARGV[5])
+  -- A peek counts no intervals, whatever ARGV[6] says: the penalty box
+  -- peeks with the arguments of the n it refuses.
+  if n == 0 and (nivn ~= 0 or nivf ~= 0) then nivn, nivf, niv_s = 0, 0, nil end
 end
 if maxwait < 0 or maxwait > hz then maxwait = hz end
 if tn < 0 then tn, tf = 0, 0 end -- base = max(TAT, now)
