@@ -12,13 +12,15 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// Coalescing: while calls of a limiter are in flight, later decisions
-// queue, and when a call returns the queue goes out as one batch, decided
-// by one script call (per hash slot on a Cluster) in arrival order, each
-// decision exactly the step it would have been alone (see batch in
-// luaPrelude). A decision that finds fewer than the pipeline depth of
-// calls in flight and nobody queued goes at once, alone, as without
-// coalescing: nothing ever waits for a timer.
+// Coalescing: the limiters built on one client with equal coalescing
+// limits share a queue (see queueFor). While depth calls of the queue are
+// in flight, later decisions of any of its limiters queue, and when a call
+// returns the queue goes out as one batch: one script call per limiter
+// and group of keys (hash slot on a Cluster), each decided in arrival
+// order, each decision exactly the step it would have been alone (see
+// batch in luaPrelude), the calls sent as one pipeline. A decision that
+// finds fewer than depth calls in flight and nobody queued goes at once,
+// alone, as without coalescing: nothing ever waits for a timer.
 
 const (
 	defaultMaxBatch = 128
@@ -26,17 +28,33 @@ const (
 	defaultDepth    = 2
 )
 
-// WithCoalescing turns coalescing on (the default) or off. Off, every
-// decision is one script call of its own, however many are in flight.
+// WithCoalescing turns coalescing on (the default) or off. On, the
+// limiters built on one client with equal WithCoalescingLimits share one
+// queue, so that their decisions share round trips. Off, every decision
+// of the limiter is one script call of its own, however many are in
+// flight, and never queues.
 func WithCoalescing(on bool) Option { return func(c *config) { c.coalesce = on } }
 
 // WithCoalescingLimits bounds coalescing: a batch holds at most maxBatch
 // decisions (default 128) and about maxBytes bytes of keys and arguments
 // (default 64 KiB; a decision larger than that goes in a batch of its
-// own), and at most depth calls of the limiter are in flight at once
+// own), and at most depth calls of the queue are in flight at once
 // (default 2), single decisions and batches alike. Each must be at least
 // 1, or the constructor fails with an error matching
 // ratelimit.ErrInvalidOption.
+//
+// The queue is shared by the limiters built on the same client (the same
+// *redis.Client, *redis.ClusterClient or *redis.Ring, or other client of
+// pointer type) with equal limits: their decisions queue together and a
+// batch holds decisions of several of them, one script call per limiter
+// (per hash slot on a Cluster, per hash tag on a Ring), all sent in one
+// round trip as a pipeline. Limiters with other limits get a queue of
+// their own on that client. A batch's call has the largest call timeout
+// (WithTimeout) of the limiters in it, while each queued decision is
+// answered by its own limiter's timeout as ever; each limiter's observer
+// hears an EventBatch for its own decisions in a batch; a failed script
+// call is answered by its own limiter's failure policy and OnError, and
+// does not touch the other calls of its pipeline.
 func WithCoalescingLimits(maxBatch, maxBytes, depth int) Option {
 	return func(c *config) { c.maxBatch, c.maxBytes, c.depth = maxBatch, maxBytes, depth }
 }
@@ -83,6 +101,7 @@ type pending struct {
 	tag      string // the hash tag of its keys (grouping groupTag)
 	slot     uint16 // its Cluster slot (grouping groupSlot)
 	ch       chan result
+	b        *batcher // its limiter's
 	// state: waiting, abandoned (its caller gave up, so it will not
 	// lead a batch) or leading (handed its batch to send): set once
 	// from waiting, by compare-and-swap, by the caller or the hand-off.
@@ -101,39 +120,57 @@ var pendingPool = sync.Pool{New: func() any { return &pending{ch: make(chan resu
 type batchBuf struct {
 	ps     []*pending
 	groups []group
+	lims   []share
 	keys   []string
 	argv   []any
 	calls  []any
 }
 
-// group is the decisions of a batch that go in one script call.
+// group is the decisions of a batch that go in one script call: of one
+// limiter, and of one slot (or tag).
 type group struct {
+	b    *batcher
 	tag  string
 	slot uint16
 	ps   []*pending
 }
 
+// share is a limiter's count of decisions in a batch.
+type share struct {
+	b *batcher
+	n int
+}
+
 var batchPool = sync.Pool{New: func() any { return new(batchBuf) }}
 
-// batcher coalesces one limiter's calls.
+// batcher is one limiter's side of coalescing: its calls, queued on the
+// queue it shares (q), in the batch form of its script.
 type batcher struct {
-	c        caller // a copy, without batch
-	kpc      int    // Redis keys per call
-	grouping grouping
-	script   *goredis.Script // the batch form, for EVALSHA and EVAL
+	q      *nodeQueue
+	c      caller          // a copy, without batch
+	kpc    int             // Redis keys per call
+	script *goredis.Script // the batch form, for EVALSHA and EVAL
+}
+
+func newBatcher(c caller, s script) *batcher {
+	return &batcher{q: queueFor(c.client, c.cfg), c: c, kpc: len(c.suffix),
+		script: goredis.NewScript(s.batchSource())}
+}
+
+// nodeQueue is the queue that the limiters of one client with equal
+// coalescing limits share, and its calls in flight.
+type nodeQueue struct {
+	maxBatch, maxBytes, depth int
+	grouping                  grouping
 
 	mu       sync.Mutex
 	queue    []*pending
 	inflight int
 
-	// Counts, for tests: decisions sent in batches of two or more, and
-	// batches that spanned groups (a pipeline).
-	multi, pipelines atomic.Int64
-}
-
-func newBatcher(c caller, s script) *batcher {
-	return &batcher{c: c, kpc: len(c.suffix), grouping: groupingOf(c.client),
-		script: goredis.NewScript(s.batchSource())}
+	// Counts, for tests: decisions sent in batches (by a batch script),
+	// batches that went as a pipeline (several script calls), and
+	// batches that held decisions of several limiters.
+	multi, pipelines, mixed atomic.Int64
 }
 
 // timerPool holds stopped timers for queued decisions: a queued decision
@@ -149,23 +186,24 @@ var timerPool = sync.Pool{New: func() any {
 // the next batch. It answers exactly once, by the time the call timeout
 // (counted from now) or ctx ends at the latest.
 func (b *batcher) do(ctx context.Context, keys []string, args []any) (any, error) {
-	b.mu.Lock()
-	if b.inflight < b.c.cfg.depth && len(b.queue) == 0 {
-		b.inflight++
-		b.mu.Unlock()
+	q := b.q
+	q.mu.Lock()
+	if q.inflight < q.depth && len(q.queue) == 0 {
+		q.inflight++
+		q.mu.Unlock()
 		ctx, cancel := context.WithTimeout(ctx, b.c.cfg.timeout)
 		defer cancel()
 		if b.c.cfg.batchAlways {
 			return b.alone(ctx, keys, args)
 		}
 		v, err := b.c.runBounded(ctx, keys, args)
-		b.done()
+		q.done()
 		return v, err
 	}
 	p := b.pending(ctx, keys, args)
 	p.deadline = time.Now().UnixNano() + int64(b.c.cfg.timeout)
-	b.queue = append(b.queue, p)
-	b.mu.Unlock()
+	q.queue = append(q.queue, p)
+	q.mu.Unlock()
 	t := timerPool.Get().(*time.Timer)
 	t.Reset(b.c.cfg.timeout)
 	var r result
@@ -186,7 +224,7 @@ func (b *batcher) do(ctx context.Context, keys []string, args []any) (any, error
 		// This caller sends the batch (its own decision in it) on its
 		// own goroutine, whatever its context: a batch's call has its
 		// own timeout, and its other callers wait for it.
-		b.flush(r.lead)
+		q.flush(r.lead)
 		r = <-p.ch
 	}
 	p.release()
@@ -215,7 +253,7 @@ func (b *batcher) alone(ctx context.Context, keys []string, args []any) (any, er
 	p := b.pending(ctx, keys, args)
 	buf := batchPool.Get().(*batchBuf)
 	buf.ps = append(buf.ps, p)
-	go b.flush(buf)
+	go b.q.flush(buf)
 	select {
 	case r := <-p.ch:
 		p.release()
@@ -229,6 +267,7 @@ func (b *batcher) alone(ctx context.Context, keys []string, args []any) (any, er
 func (b *batcher) pending(ctx context.Context, keys []string, args []any) *pending {
 	p := pendingPool.Get().(*pending)
 	p.ctx = ctx
+	p.b = b
 	p.keys = append(p.keys[:0], keys...)
 	p.args = append(p.args[:0], args...)
 	p.size = 0
@@ -242,7 +281,7 @@ func (b *batcher) pending(ctx context.Context, keys []string, args []any) *pendi
 			p.size += 24
 		}
 	}
-	switch b.grouping {
+	switch b.q.grouping {
 	case groupSlot:
 		p.slot = slot(hashTag(keys[0]))
 	case groupTag:
@@ -253,6 +292,7 @@ func (b *batcher) pending(ctx context.Context, keys []string, args []any) *pendi
 
 func (p *pending) release() {
 	p.ctx = nil
+	p.b = nil
 	p.state.Store(waiting)
 	clear(p.args)
 	clear(p.keys)
@@ -261,53 +301,62 @@ func (p *pending) release() {
 
 // done ends a call in flight and starts batches of what queued, as many
 // as the depth allows.
-func (b *batcher) done() {
-	b.mu.Lock()
-	b.inflight--
-	for len(b.queue) > 0 && b.inflight < b.c.cfg.depth {
-		buf := b.take()
+func (q *nodeQueue) done() {
+	q.mu.Lock()
+	q.inflight--
+	for len(q.queue) > 0 && q.inflight < q.depth {
+		buf := q.take()
 		if buf == nil {
 			break
 		}
-		b.inflight++
-		b.mu.Unlock()
-		b.hand(buf)
-		b.mu.Lock()
+		q.inflight++
+		q.mu.Unlock()
+		q.hand(buf)
+		q.mu.Lock()
 	}
-	b.mu.Unlock()
+	q.mu.Unlock()
 }
 
-// hand starts buf's batch (a call in flight counted for it): its first
-// caller sends it, on its own goroutine, woken with it instead of an
-// answer; a goroutine of its own if that caller has given up.
-func (b *batcher) hand(buf *batchBuf) {
-	if p := buf.ps[0]; p.state.CompareAndSwap(waiting, leading) {
-		p.ch <- result{lead: buf}
-		return
+// hand starts buf's batch (a call in flight counted for it): a caller of
+// it sends it, on its own goroutine, woken with it instead of an answer:
+// the first of those whose limiter has the batch's call timeout (the
+// largest), so that sending makes none wait past its own limiter's
+// timeout for a longer one's; a goroutine of its own if all of those have
+// given up.
+func (q *nodeQueue) hand(buf *batchBuf) {
+	var timeout time.Duration
+	for _, p := range buf.ps {
+		timeout = max(timeout, p.b.c.cfg.timeout)
 	}
-	go b.flush(buf)
+	for _, p := range buf.ps {
+		if p.b.c.cfg.timeout == timeout && p.state.CompareAndSwap(waiting, leading) {
+			p.ch <- result{lead: buf}
+			return
+		}
+	}
+	go q.flush(buf)
 }
 
-// take moves the front of the queue (b.mu held) into a batch, within the
+// take moves the front of the queue (q.mu held) into a batch, within the
 // limits, leaving out decisions whose caller gave up; nil if none is left.
-func (b *batcher) take() *batchBuf {
+func (q *nodeQueue) take() *batchBuf {
 	buf := batchPool.Get().(*batchBuf)
 	bytes, i := 0, 0
 	now := time.Now().UnixNano()
-	for ; i < len(b.queue); i++ {
-		p := b.queue[i]
+	for ; i < len(q.queue); i++ {
+		p := q.queue[i]
 		if now >= p.deadline || p.ctx.Err() != nil {
 			continue // its caller has gone: not sent, so not booked
 		}
-		if len(buf.ps) == b.c.cfg.maxBatch || (len(buf.ps) > 0 && bytes+p.size > b.c.cfg.maxBytes) {
+		if len(buf.ps) == q.maxBatch || (len(buf.ps) > 0 && bytes+p.size > q.maxBytes) {
 			break
 		}
 		bytes += p.size
 		buf.ps = append(buf.ps, p)
 	}
-	n := copy(b.queue, b.queue[i:])
-	clear(b.queue[n:])
-	b.queue = b.queue[:n]
+	n := copy(q.queue, q.queue[i:])
+	clear(q.queue[n:])
+	q.queue = q.queue[:n]
 	if len(buf.ps) == 0 {
 		batchPool.Put(buf)
 		return nil
@@ -317,24 +366,24 @@ func (b *batcher) take() *batchBuf {
 
 // flush sends buf's batch, then hands the next batch of the queue on in
 // its call in flight, or ends that call if nothing queues.
-func (b *batcher) flush(buf *batchBuf) {
-	b.send(buf)
-	b.recycle(buf)
-	b.mu.Lock()
+func (q *nodeQueue) flush(buf *batchBuf) {
+	q.send(buf)
+	recycle(buf)
+	q.mu.Lock()
 	buf = nil
-	if len(b.queue) > 0 {
-		buf = b.take()
+	if len(q.queue) > 0 {
+		buf = q.take()
 	}
 	if buf == nil {
-		b.inflight--
-		b.mu.Unlock()
+		q.inflight--
+		q.mu.Unlock()
 		return
 	}
-	b.mu.Unlock()
-	b.hand(buf)
+	q.mu.Unlock()
+	q.hand(buf)
 }
 
-func (b *batcher) recycle(buf *batchBuf) {
+func recycle(buf *batchBuf) {
 	clear(buf.ps)
 	buf.ps = buf.ps[:0]
 	for i := range buf.groups {
@@ -342,6 +391,8 @@ func (b *batcher) recycle(buf *batchBuf) {
 		buf.groups[i] = group{ps: buf.groups[i].ps[:0]}
 	}
 	buf.groups = buf.groups[:0]
+	clear(buf.lims)
+	buf.lims = buf.lims[:0]
 	clear(buf.keys)
 	buf.keys = buf.keys[:0]
 	clear(buf.argv)
@@ -351,40 +402,59 @@ func (b *batcher) recycle(buf *batchBuf) {
 	batchPool.Put(buf)
 }
 
-// send decides the batch and answers each of its callers once.
-func (b *batcher) send(buf *batchBuf) {
-	b.c.batched(len(buf.ps))
-	ctx, cancel := context.WithTimeout(context.Background(), b.c.cfg.timeout)
+// send decides the batch and answers each of its callers once. Its call
+// has the largest call timeout of the limiters in it.
+func (q *nodeQueue) send(buf *batchBuf) {
+	var timeout time.Duration
+	for _, p := range buf.ps {
+		timeout = max(timeout, p.b.c.cfg.timeout)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	if len(buf.ps) == 1 && !b.c.cfg.batchAlways {
-		p := buf.ps[0]
-		v, err := b.c.run(ctx, p.keys, p.args)
+	if p := buf.ps[0]; len(buf.ps) == 1 && !p.b.c.cfg.batchAlways {
+		p.b.c.batched(1)
+		v, err := p.b.c.run(ctx, p.keys, p.args)
 		p.ch <- result{v: v, err: err}
 		return
 	}
-	b.multi.Add(int64(len(buf.ps)))
-	// Group by slot (or tag), keeping arrival order within each group.
+	q.multi.Add(int64(len(buf.ps)))
+	// Group by limiter and slot (or tag), keeping arrival order within
+	// each group, and count each limiter's decisions.
 	for _, p := range buf.ps {
 		j := 0
-		for ; j < len(buf.groups) && (buf.groups[j].tag != p.tag || buf.groups[j].slot != p.slot); j++ {
+		for ; j < len(buf.groups) && (buf.groups[j].b != p.b || buf.groups[j].tag != p.tag || buf.groups[j].slot != p.slot); j++ {
 		}
 		if j == len(buf.groups) {
 			if j < cap(buf.groups) {
 				buf.groups = buf.groups[:j+1]
-				buf.groups[j].tag, buf.groups[j].slot = p.tag, p.slot
+				buf.groups[j].b, buf.groups[j].tag, buf.groups[j].slot = p.b, p.tag, p.slot
 			} else {
-				buf.groups = append(buf.groups, group{tag: p.tag, slot: p.slot})
+				buf.groups = append(buf.groups, group{b: p.b, tag: p.tag, slot: p.slot})
 			}
 		}
 		buf.groups[j].ps = append(buf.groups[j].ps, p)
+		k := 0
+		for ; k < len(buf.lims) && buf.lims[k].b != p.b; k++ {
+		}
+		if k == len(buf.lims) {
+			buf.lims = append(buf.lims, share{b: p.b})
+		}
+		buf.lims[k].n++
+	}
+	for _, s := range buf.lims {
+		s.b.c.batched(s.n)
+	}
+	if len(buf.lims) > 1 {
+		q.mixed.Add(1)
 	}
 	if len(buf.groups) == 1 {
-		keys, argv := b.build(buf, buf.groups[0].ps)
-		v, err := b.run(ctx, keys, argv)
-		b.answer(buf.groups[0].ps, v, err)
+		g := buf.groups[0]
+		keys, argv := g.b.build(buf, g.ps)
+		v, err := g.b.run(ctx, keys, argv)
+		answer(g.ps, v, err)
 		return
 	}
-	b.pipelined(ctx, buf)
+	q.pipelined(ctx, buf)
 }
 
 // build lays out ps's keys and arguments for batch (see luaPrelude), in
@@ -433,7 +503,7 @@ func equalArgs(a, b []any) bool {
 
 // answer hands each caller of ps its part of the batch's reply v, a flat
 // array (see batch in luaPrelude): a table's reply is a slice of v's.
-func (b *batcher) answer(ps []*pending, v any, err error) {
+func answer(ps []*pending, v any, err error) {
 	vs, ok := v.([]any)
 	if err == nil && (!ok || !wellFormed(vs, len(ps))) {
 		err = fmt.Errorf("unexpected batch reply %#v", v)
@@ -502,42 +572,43 @@ func (b *batcher) run(ctx context.Context, keys []string, argv []any) (any, erro
 	return b.script.Run(ctx, b.c.client, keys, argv...).Result()
 }
 
-// pipelined sends the groups of buf as one pipeline (go-redis splits it by
-// node), and any group the pipeline could not run (the library or script
-// missing on its node) again on its own.
-func (b *batcher) pipelined(ctx context.Context, buf *batchBuf) {
-	pl, ok := b.c.client.(interface{ Pipeline() goredis.Pipeliner })
+// pipelined sends the groups of buf, each one script call of its
+// limiter's, as one pipeline (go-redis splits it by node), and any group
+// the pipeline could not run (the library or script missing on its node)
+// again on its own. Each group is answered by its own call's reply: one
+// that fails leaves the others' answers as they are.
+func (q *nodeQueue) pipelined(ctx context.Context, buf *batchBuf) {
+	pl, ok := buf.groups[0].b.c.client.(interface{ Pipeline() goredis.Pipeliner })
 	if !ok {
 		for _, g := range buf.groups {
-			keys, argv := b.build(buf, g.ps)
-			v, err := b.run(ctx, keys, argv)
-			b.answer(g.ps, v, err)
+			keys, argv := g.b.build(buf, g.ps)
+			v, err := g.b.run(ctx, keys, argv)
+			answer(g.ps, v, err)
 		}
 		return
 	}
-	b.pipelines.Add(1)
-	fcall := b.c.fns.fc != nil && !b.c.fns.none.Load()
+	q.pipelines.Add(1)
 	pipe := pl.Pipeline()
 	cmds := make([]*goredis.Cmd, len(buf.groups))
 	for i, g := range buf.groups {
 		// Each group's keys and arguments need their own slices: the
 		// pipeline keeps them until Exec.
 		var tmp batchBuf
-		keys, argv := b.build(&tmp, g.ps)
-		if fcall {
-			cmds[i] = pipe.FCall(ctx, b.c.fns.fnb, keys, argv...)
+		keys, argv := g.b.build(&tmp, g.ps)
+		if fns := &g.b.c.fns; fns.fc != nil && !fns.none.Load() {
+			cmds[i] = pipe.FCall(ctx, fns.fnb, keys, argv...)
 		} else {
-			cmds[i] = pipe.EvalSha(ctx, b.script.Hash(), keys, argv...)
+			cmds[i] = pipe.EvalSha(ctx, g.b.script.Hash(), keys, argv...)
 		}
 	}
 	_, _ = pipe.Exec(ctx)
 	for i, g := range buf.groups {
 		v, err := cmds[i].Result()
 		if err != nil && (missingFunction(err) || isNoScript(err)) {
-			keys, argv := b.build(buf, g.ps)
-			v, err = b.run(ctx, keys, argv)
+			keys, argv := g.b.build(buf, g.ps)
+			v, err = g.b.run(ctx, keys, argv)
 		}
-		b.answer(g.ps, v, err)
+		answer(g.ps, v, err)
 	}
 }
 

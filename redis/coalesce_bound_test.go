@@ -84,7 +84,7 @@ func batchedBoundTrace(t *testing.T, c boundCase, mc *ratelimit.ManualClock, rds
 		wg.Wait()
 		mc.Advance(time.Duration(rng.Int64N(int64(c.step)*2 + 1)))
 	}
-	if b.multi.Load() == 0 {
+	if b.q.multi.Load() == 0 {
 		t.Fatal("no batch of several decisions ran")
 	}
 	return acted

@@ -297,9 +297,9 @@ func diffTrace(t *testing.T, a testAlgorithm, p params, client *goredis.Client, 
 				done <- struct{}{}
 			}()
 			for {
-				b.mu.Lock()
-				q := len(b.queue)
-				b.mu.Unlock()
+				b.q.mu.Lock()
+				q := len(b.q.queue)
+				b.q.mu.Unlock()
 				if q > queued {
 					queued++
 					break

@@ -63,7 +63,7 @@ func TestBatchFailure(t *testing.T) {
 					release(b)
 					// The batch is in flight (taken from the queue), then
 					// the server dies under it.
-					for b.multi.Load() == 0 {
+					for b.q.multi.Load() == 0 {
 						time.Sleep(time.Millisecond)
 					}
 					// SIGKILL while stopped (kill() would continue it

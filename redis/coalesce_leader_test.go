@@ -11,9 +11,9 @@ import (
 
 // TestBatchLeaderGaveUp: a batch is handed to its first caller to send;
 // when that caller gives up between the batch's taking and its hand-off,
-// the batch still goes out (on a goroutine of its own) and every other
-// caller of it gets its answer, and the batcher ends with nothing in
-// flight.
+// the batch still goes out (sent by another of its callers, or on a
+// goroutine of its own if none is left) and every other caller of it gets
+// its answer, and the queue ends with nothing in flight.
 func TestBatchLeaderGaveUp(t *testing.T) {
 	client := newClient(t, redisAddr(t), true)
 	lim, err := NewTokenBucket(client, ratelimit.PerSecond(1000), 1000, WithPrefix(testPrefix(t)),
@@ -47,10 +47,10 @@ func TestBatchLeaderGaveUp(t *testing.T) {
 	waitQueued(b, 1+others)
 	// Take the batch as done would, then let its first caller give up
 	// before the hand-off.
-	b.mu.Lock()
-	buf := b.take()
-	b.inflight -= b.c.cfg.depth - 1 // end hold; one call counted for buf
-	b.mu.Unlock()
+	b.q.mu.Lock()
+	buf := b.q.take()
+	b.q.inflight -= b.q.depth - 1 // end hold; one call counted for buf
+	b.q.mu.Unlock()
 	if buf == nil || len(buf.ps) != 1+others {
 		t.Fatalf("batch of %v", buf)
 	}
@@ -58,7 +58,7 @@ func TestBatchLeaderGaveUp(t *testing.T) {
 	if err := <-first; err == nil {
 		t.Fatal("the caller that gave up got an answer from Redis")
 	}
-	b.hand(buf)
+	b.q.hand(buf)
 	wg.Wait()
 	close(allowed)
 	n := 0
@@ -72,9 +72,9 @@ func TestBatchLeaderGaveUp(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		b.mu.Lock()
-		idle := b.inflight == 0 && len(b.queue) == 0
-		b.mu.Unlock()
+		b.q.mu.Lock()
+		idle := b.q.inflight == 0 && len(b.q.queue) == 0
+		b.q.mu.Unlock()
 		if idle {
 			break
 		}

@@ -92,12 +92,12 @@ func TestBatchPrefetch(t *testing.T) {
 					}()
 					waitQueued(bt, i+1) // in this order
 				}
-				multi := bt.multi.Load()
+				multi := bt.q.multi.Load()
 				release(bt)
 				wg.Wait()
 				waitIdle(bt)
-				if bt.multi.Load()-multi != int64(len(order)) {
-					t.Fatalf("%d decisions went in batches, want %d", bt.multi.Load()-multi, len(order))
+				if bt.q.multi.Load()-multi != int64(len(order)) {
+					t.Fatalf("%d decisions went in batches, want %d", bt.q.multi.Load()-multi, len(order))
 				}
 				for i, k := range order {
 					want, err := alone.AllowN(ctx, k, 1)

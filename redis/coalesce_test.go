@@ -25,26 +25,26 @@ func batcherOf(t testing.TB, l ratelimit.Limiter) *batcher {
 
 // hold makes b queue every call, as if depth calls were in flight.
 func hold(b *batcher) {
-	b.mu.Lock()
-	b.inflight += b.c.cfg.depth
-	b.mu.Unlock()
+	b.q.mu.Lock()
+	b.q.inflight += b.q.depth
+	b.q.mu.Unlock()
 }
 
 // release ends hold: what queued goes out in batches.
 func release(b *batcher) {
-	b.mu.Lock()
-	b.inflight -= b.c.cfg.depth - 1
-	b.mu.Unlock()
-	b.done()
+	b.q.mu.Lock()
+	b.q.inflight -= b.q.depth - 1
+	b.q.mu.Unlock()
+	b.q.done()
 }
 
 // waitIdle spins (no sleep) until b has nothing in flight: a batch's
 // flusher ends its call after answering.
 func waitIdle(b *batcher) {
 	for {
-		b.mu.Lock()
-		n := b.inflight
-		b.mu.Unlock()
+		b.q.mu.Lock()
+		n := b.q.inflight
+		b.q.mu.Unlock()
 		if n == 0 {
 			return
 		}
@@ -55,9 +55,9 @@ func waitIdle(b *batcher) {
 // waitQueued spins (no sleep) until b's queue holds n calls.
 func waitQueued(b *batcher, n int) {
 	for {
-		b.mu.Lock()
-		q := len(b.queue)
-		b.mu.Unlock()
+		b.q.mu.Lock()
+		q := len(b.q.queue)
+		b.q.mu.Unlock()
 		if q >= n {
 			return
 		}
@@ -243,10 +243,10 @@ func batchedTrace(t *testing.T, c algoCase, client Client, seed uint64, groups i
 			books = books[len(books)-16:]
 		}
 	}
-	if batches == 0 || b.multi.Load() == 0 {
+	if batches == 0 || b.q.multi.Load() == 0 {
 		t.Fatal("no batch of several decisions ran")
 	}
-	if _, ok := client.(*goredis.ClusterClient); ok && b.pipelines.Load() == 0 {
+	if _, ok := client.(*goredis.ClusterClient); ok && b.q.pipelines.Load() == 0 {
 		t.Fatal("no batch spanned slots")
 	}
 }
