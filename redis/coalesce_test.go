@@ -271,6 +271,20 @@ func TestBatchedCluster(t *testing.T) {
 			runTrace(t, c, mc, core, rds, 6, 150)
 		})
 	}
+	// Limiters of every algorithm share the client's queue: batches hold
+	// decisions of several limiters and slots, pipelined.
+	t.Run("shared", func(t *testing.T) {
+		mcCore, mcRedis := ratelimit.NewManualClock(start), ratelimit.NewManualClock(start)
+		ls := sharedLimiters(t, cc, mcCore, mcRedis)
+		b := batcherOf(t, ls[0].rds)
+		pipelines := b.q.pipelines.Load()
+		if mixed := sharedTrace(t, ls, mcCore, mcRedis, 9, 20, nil); mixed == 0 {
+			t.Fatal("no batch held decisions of several limiters")
+		}
+		if b.q.pipelines.Load() == pipelines {
+			t.Fatal("no batch went as a pipeline")
+		}
+	})
 	// slot agrees with the cluster's.
 	for i := range 200 {
 		k := redisKey("p:", fmt.Sprintf("key-%d", i), ":tb")
