@@ -15,6 +15,15 @@
 //     after each block) and the Go heap allocations and bytes of this
 //     process (runtime.MemStats Mallocs and TotalAlloc), with their
 //     ratios to redis_rate's and the targets checked.
+//   - two limiters per request, at 64 goroutines, over alternating blocks
+//     as above: each request calls a token bucket per IP and a fixed
+//     window per user, both on the one client; ours with the two limiters
+//     sharing the client's coalescing queue (the default), ours with a
+//     queue per limiter (coalescing limits that differ by one byte), and
+//     redis_rate making the same two calls, on a client of their own:
+//     requests per second, the server's CPU time per request and the
+//     round trips per request (commands and pipelines the client sent,
+//     counted by a go-redis hook).
 //   - server side: per implementation, CONFIG RESETSTAT, CALLS serial
 //     calls, then INFO commandstats: the script's usec_per_call and the
 //     commands Redis ran per decision; and the Go heap allocations per
@@ -131,6 +140,13 @@ func main() {
 	}
 	peer := redis_rate.NewLimiter(client)
 	limit := redis_rate.Limit{Rate: 1_000_000, Burst: 1000, Period: time.Second}
+	// The two-limiter requests use a client of their own, which counts
+	// its round trips (a command or a pipeline each).
+	pairClient := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 80})
+	defer pairClient.Close()
+	var trips atomic.Int64
+	pairClient.AddHook(tripCounter{&trips})
+	pairs := pairImpls(pairClient, run, rate, opts, must, &errs)
 	impls := []impl{{name: "redis_rate", script: "evalsha", allow: func(ctx context.Context, key string) bool {
 		res, err := peer.Allow(ctx, "rlbench:"+run+":rr:"+key, limit)
 		if err != nil {
@@ -184,6 +200,9 @@ func main() {
 	cmds := map[string][]float64{}   // commands per decision
 	allocs := map[string][]float64{} // Go heap allocations per decision
 	hot := map[string][]float64{}    // decisions/s on one key, 64 goroutines
+	// Two limiters per request, 64 goroutines: requests/s and the
+	// server's CPU µs per request.
+	pairRate, pairCPU, pairTrips := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 	// At 64 goroutines, per decision: the server's CPU time (µs) and the
 	// Go heap allocations and bytes of the whole process.
 	cpu64, alloc64, bytes64 := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
@@ -292,6 +311,47 @@ func main() {
 			wg.Wait()
 			hot[im.name] = append(hot[im.name], float64(n.Load())/time.Since(t0).Seconds())
 		}
+		// Two limiters per request: alternating blocks at 64 goroutines.
+		{
+			sum := make([]int64, len(pairs))
+			took := make([]time.Duration, len(pairs))
+			cpus := make([]float64, len(pairs))
+			rts := make([]int64, len(pairs))
+			for range *cuts {
+				for _, j := range rng.Perm(len(pairs)) {
+					var n atomic.Int64
+					var wg sync.WaitGroup
+					c0, rt0 := serverCPU(ctx, client), trips.Load()
+					deadline := time.Now().Add(*block / time.Duration(*cuts))
+					t0 := time.Now()
+					for w := range 64 {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							c, i := int64(0), w*7919
+							for time.Now().Before(deadline) {
+								if !pairs[j].request(ctx, keys[i&1023], keys[(i*31)&255]) {
+									wrong.Add(1)
+								}
+								i++
+								c++
+							}
+							n.Add(c)
+						}()
+					}
+					wg.Wait()
+					sum[j] += n.Load()
+					took[j] += time.Since(t0)
+					cpus[j] += serverCPU(ctx, client) - c0
+					rts[j] += trips.Load() - rt0
+				}
+			}
+			for j, p := range pairs {
+				pairRate[p.name] = append(pairRate[p.name], float64(sum[j])/took[j].Seconds())
+				pairCPU[p.name] = append(pairCPU[p.name], cpus[j]*1e6/float64(sum[j]))
+				pairTrips[p.name] = append(pairTrips[p.name], float64(rts[j])/float64(sum[j]))
+			}
+		}
 		// Server side and allocations, one implementation at a time.
 		rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
 		for _, j := range order {
@@ -328,6 +388,105 @@ func main() {
 	rm, rlo, rhi := spread(ratios(hot["tokenbucket"], hot["redis_rate"]))
 	fmt.Printf("\nOne hot key, 64 goroutines: token bucket %.0f decisions/s (%.0f–%.0f), redis_rate %.0f; ratio %.2f× (%.2f–%.2f)\n",
 		hm, hlo, hhi, pm, rm, rlo, rhi)
+	reportPairs(pairs, pairRate, pairCPU, pairTrips)
+}
+
+// pairImpl is a request that calls two limiters on one client: a token
+// bucket per IP and a fixed window per user.
+type pairImpl struct {
+	name    string
+	request func(ctx context.Context, ip, user string) bool
+}
+
+// pairImpls returns the two-limiter requests: ours with the limiters
+// sharing the client's coalescing queue (the default), ours with a queue
+// per limiter (their coalescing limits differ by one byte, which is what
+// keeps queues apart), and redis_rate making the same two calls.
+func pairImpls(client *goredis.Client, run string, rate ratelimit.Rate, opts func(string) []rlredis.Option,
+	must func(ratelimit.Limiter, error) ratelimit.Limiter, errs *atomic.Int64) []pairImpl {
+	peer := redis_rate.NewLimiter(client)
+	ours := func(name string, own bool) pairImpl {
+		var tbOpts, fwOpts []rlredis.Option
+		if own {
+			tbOpts = []rlredis.Option{rlredis.WithCoalescingLimits(128, 64<<10, 2)}
+			fwOpts = []rlredis.Option{rlredis.WithCoalescingLimits(128, 64<<10+1, 2)}
+		}
+		tb := must(rlredis.NewTokenBucket(client, rate, 1000, append(opts(name+"-ip"), tbOpts...)...))
+		fw := must(rlredis.NewFixedWindow(client, rate, append(opts(name+"-user"), fwOpts...)...))
+		return pairImpl{name: name, request: func(ctx context.Context, ip, user string) bool {
+			d, err := tb.AllowN(ctx, ip, 1)
+			if err != nil || !d.Allowed {
+				return false
+			}
+			d, err = fw.AllowN(ctx, user, 1)
+			return err == nil && d.Allowed
+		}}
+	}
+	ipLimit := redis_rate.Limit{Rate: 1_000_000, Burst: 1000, Period: time.Second}
+	userLimit := redis_rate.Limit{Rate: 1_000_000, Burst: 1_000_000, Period: time.Second}
+	return []pairImpl{
+		{name: "redis_rate", request: func(ctx context.Context, ip, user string) bool {
+			res, err := peer.Allow(ctx, "rlbench:"+run+":rr-ip:"+ip, ipLimit)
+			if err != nil {
+				errs.Add(1)
+				return false
+			}
+			if res.Allowed != 1 {
+				return false
+			}
+			res, err = peer.Allow(ctx, "rlbench:"+run+":rr-user:"+user, userLimit)
+			if err != nil {
+				errs.Add(1)
+				return false
+			}
+			return res.Allowed == 1
+		}},
+		ours("ours-shared-queue", false),
+		ours("ours-queue-per-limiter", true),
+	}
+}
+
+// reportPairs prints the two-limiter requests' figures.
+func reportPairs(pairs []pairImpl, rate, cpu, trips map[string][]float64) {
+	const base = "redis_rate"
+	fmt.Printf("\nTwo limiters per request (a token bucket per IP, a fixed window per user, one client; each request calls both), 64 goroutines: median (min-max) over rounds.\n\n")
+	fmt.Printf("| implementation | requests/s | ratio to redis_rate | Redis CPU µs/request | ratio | round trips/request |\n")
+	fmt.Printf("|---|---|---|---|---|---|\n")
+	for _, p := range pairs {
+		m, lo, hi := spread(rate[p.name])
+		rm, rlo, rhi := spread(ratios(rate[p.name], rate[base]))
+		cm, _, _ := spread(cpu[p.name])
+		cr, clo, chi := spread(ratios(cpu[p.name], cpu[base]))
+		tm, tlo, thi := spread(trips[p.name])
+		fmt.Printf("| %s | %.0f (%.0f–%.0f) | %.2f× (%.2f–%.2f) | %.2f | %.2f× (%.2f–%.2f) | %.3f (%.3f–%.3f) |\n",
+			p.name, m, lo, hi, rm, rlo, rhi, cm, cr, clo, chi, tm, tlo, thi)
+	}
+	rm, lo, hi := spread(ratios(rate["ours-shared-queue"], rate["ours-queue-per-limiter"]))
+	fmt.Printf("\n  %-54s %.2f× (%.2f–%.2f)\n", "shared queue ÷ queue per limiter, requests/s", rm, lo, hi)
+	rm, lo, hi = spread(ratios(cpu["ours-shared-queue"], cpu["ours-queue-per-limiter"]))
+	fmt.Printf("  %-54s %.2f× (%.2f–%.2f)\n", "shared queue ÷ queue per limiter, Redis CPU/request", rm, lo, hi)
+	rm, lo, hi = spread(ratios(trips["ours-shared-queue"], trips["ours-queue-per-limiter"]))
+	fmt.Printf("  %-54s %.2f× (%.2f–%.2f)\n", "shared queue ÷ queue per limiter, round trips/request", rm, lo, hi)
+}
+
+// tripCounter is a go-redis hook that counts round trips: each command
+// and each pipeline sent.
+type tripCounter struct{ n *atomic.Int64 }
+
+func (h tripCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h tripCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h tripCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
+	}
 }
 
 type cmdStat struct {
