@@ -4,8 +4,9 @@ package ratelimit
 
 // EventBatch reports that a backend sent several decisions to its server
 // in one call: the Redis backend's coalescing (see its docs). N is how many
-// decisions the batch held and Limiter the limiter's name; every other
-// field is zero. It is reported once per batch the backend's queue sent
+// of the limiter's decisions the batch held and Limiter the limiter's
+// name (a batch shared by several limiters is reported to each, with its
+// own count); every other field is zero. It is reported once per batch the backend's queue sent
 // (N >= 1), not per decision; a decision that went out at once, with
 // nothing queued before it, is not one. An observer that counts decisions
 // must skip it (see Event.Kind).
