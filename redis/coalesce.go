@@ -51,7 +51,7 @@ func WithCoalescing(on bool) Option { return func(c *config) { c.coalesce = on }
 // round trip as a pipeline. Limiters with other limits get a queue of
 // their own on that client. A batch's call has the largest call timeout
 // (WithTimeout) of the limiters in it, while each queued decision is
-// answered by its own limiter's timeout as ever; each limiter's observer
+// answered within its own limiter's timeout; each limiter's observer
 // hears an EventBatch for its own decisions in a batch; a failed script
 // call is answered by its own limiter's failure policy and OnError, and
 // does not touch the other calls of its pipeline.
