@@ -281,6 +281,10 @@ func (b *batcher) pending(ctx context.Context, keys []string, args []any) *pendi
 			p.size += 24
 		}
 	}
+	// A pooled record may come from a queue of another grouping: its tag
+	// and slot are set anew, or decisions of one key could fall in
+	// different groups and be decided out of order.
+	p.tag, p.slot = "", 0
 	switch b.q.grouping {
 	case groupSlot:
 		p.slot = slot(hashTag(keys[0]))

@@ -164,23 +164,38 @@ func sharedTrace(t *testing.T, ls []*sharedLim, mcCore, mcRedis *ratelimit.Manua
 	return b.q.mixed.Load() - mixed
 }
 
-// TestSharedQueue: limiters of every algorithm on one client share one
-// queue, and batches that hold decisions of several of them (one script
-// call per limiter, pipelined) decide each exactly as the in-memory
-// limiters deciding them one after the other; each limiter's observer
-// hears of its own decisions only.
+// TestSharedQueue: limiters of every algorithm on one client (a Ring,
+// then a standalone client) share one queue, and batches that hold
+// decisions of several of them (one script call per limiter and group of
+// keys, pipelined) decide each exactly as the in-memory limiters deciding
+// them one after the other; each limiter's observer hears of its own
+// decisions only. The Ring's batches go first: the pooled records of its
+// decisions, which carry a hash tag, are then reused by the standalone
+// client's, which group all keys together.
 func TestSharedQueue(t *testing.T) {
-	client := newClient(t, redisAddr(t), true)
-	mcCore, mcRedis := ratelimit.NewManualClock(start), ratelimit.NewManualClock(start)
-	ls := sharedLimiters(t, client, mcCore, mcRedis)
-	b := batcherOf(t, ls[0].rds)
-	pipelines := b.q.pipelines.Load()
-	if mixed := sharedTrace(t, ls, mcCore, mcRedis, 11, 40, nil); mixed == 0 {
-		t.Fatal("no batch held decisions of several limiters")
-	}
-	if b.q.pipelines.Load() == pipelines {
-		t.Fatal("no batch went as a pipeline")
-	}
+	// On a Ring, batches split by limiter and hash tag.
+	t.Run("ring", func(t *testing.T) {
+		ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": redisAddr(t)}, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { ring.Close() })
+		mcCore, mcRedis := ratelimit.NewManualClock(start), ratelimit.NewManualClock(start)
+		ls := sharedLimiters(t, ring, mcCore, mcRedis)
+		if mixed := sharedTrace(t, ls, mcCore, mcRedis, 13, 20, nil); mixed == 0 {
+			t.Fatal("no batch held decisions of several limiters")
+		}
+	})
+	t.Run("standalone", func(t *testing.T) {
+		client := newClient(t, redisAddr(t), true)
+		mcCore, mcRedis := ratelimit.NewManualClock(start), ratelimit.NewManualClock(start)
+		ls := sharedLimiters(t, client, mcCore, mcRedis)
+		b := batcherOf(t, ls[0].rds)
+		pipelines := b.q.pipelines.Load()
+		if mixed := sharedTrace(t, ls, mcCore, mcRedis, 11, 40, nil); mixed == 0 {
+			t.Fatal("no batch held decisions of several limiters")
+		}
+		if b.q.pipelines.Load() == pipelines {
+			t.Fatal("no batch went as a pipeline")
+		}
+	})
 }
 
 // TestSharedQueueScriptMissing: in a shared batch, one limiter's call
