@@ -91,6 +91,11 @@ type keyed[S, P any, A algo[S, P]] struct {
 	obs *observed // nil without WithObserver: Allow's one check
 	ov  overrides[P]
 
+	// claim, if set, is called on the global key's state by take, with
+	// the key held, before anything reads it (the token bucket's, which
+	// may have lent it: see TokenBucket.allowGlobal).
+	claim func(s *S)
+
 	// resets counts the Resets of any key, wrapping at 2³². A key is set
 	// up in the generation it reads (see algo.keyGen), and a Reset moves
 	// it to a new one, so that a booking made on a key before its Reset
@@ -104,6 +109,15 @@ type keyed[S, P any, A algo[S, P]] struct {
 	// moves the counter on too (evicted), so that the key, set up again,
 	// is in a generation none of them was made in.
 	resets atomic.Uint32
+}
+
+// take is the store's Take, then claim for the global key.
+func (k *keyed[S, P, A]) take(key string, now int64, create bool) (keystore.Handle[S], bool) {
+	h, fresh := k.st.Take(key, now, create)
+	if len(key) == 0 && k.claim != nil {
+		k.claim(h.State())
+	}
+	return h, fresh
 }
 
 // evicted is the store's Evicted: a key not at rest was dropped.
@@ -261,7 +275,7 @@ func (k *keyed[S, P, A]) Limit() int { return int(A(k.ps.p.Load()).max()) }
 // untouched.
 func (k *keyed[S, P, A]) Reset(key string) {
 	now := k.nc.now()
-	h, fresh := k.st.Take(key, now, false)
+	h, fresh := k.take(key, now, false)
 	if !fresh { // an absent key starts afresh already, and holds no booking
 		A(k.paramsOf(&h, key, k.ps.p.Load())).reset(h.State(), now, k.resets.Add(1))
 	}
@@ -300,7 +314,7 @@ func (k *keyed[S, P, A]) swap(next func(old *P, now int64) (*P, error)) error {
 func (k *keyed[S, P, A]) book(key string, n int, now, maxWait int64) (Decision, booked, bool, error) {
 	var pl slPlan
 	for {
-		h, _ := k.st.Take(key, now, n > 0)
+		h, _ := k.take(key, now, n > 0)
 		epoch := k.ps.epoch.Load()
 		a := A(k.paramsOf(&h, key, k.ps.p.Load()))
 		if int64(n) > a.max() {
@@ -328,7 +342,7 @@ func (k *keyed[S, P, A]) unbook(key string, n int, b booked, at int64) {
 	if b.epoch&1 != 0 || k.ps.epoch.Load() != b.epoch {
 		return // changed or reset since: the booking stays taken
 	}
-	h, fresh := k.st.Take(key, at, false)
+	h, fresh := k.take(key, at, false)
 	a := A(k.paramsOf(&h, key, k.ps.p.Load()))
 	if s := h.State(); !fresh && k.ps.epoch.Load() == b.epoch && a.keyGen(s) == b.kgen { // an evicted key has nothing booked to give back
 		a.unstep(s, int64(n), b, at)
@@ -379,7 +393,7 @@ func (k *keyed[S, P, A]) latestOnly() bool {
 
 func (k *keyed[S, P, A]) multiCheck(key string, n int) (Decision, int64) {
 	now := k.nc.now()
-	h, _ := k.st.Take(key, now, false)
+	h, _ := k.take(key, now, false)
 	s := h.State()
 	saved := *s // a plain value (see latestOnly): restoring it unbooks
 	a := A(k.paramsOf(&h, key, k.ps.p.Load()))

@@ -278,7 +278,7 @@ func (k *keyed[S, P, A]) changeOverride(given string, p *P, rate Rate, capacity 
 	}
 
 	now := k.nc.now()
-	h, fresh := k.st.Take(given, now, false)
+	h, fresh := k.take(given, now, false)
 	if !fresh { // a key held: re-express its state; an absent one starts afresh
 		from := k.ps.p.Load()
 		if h.Flagged() && prev != nil {

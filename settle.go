@@ -178,7 +178,7 @@ func (k *keyed[S, P, A]) settle(key string, n, actual int, bk booked, now int64)
 	created := false
 	var d Decision
 	for {
-		h, fresh := k.st.Take(key, now, actual > n)
+		h, fresh := k.take(key, now, actual > n)
 		created = created || fresh // set up by a try before: not the booking's key
 		a := A(k.paramsOf(&h, key, k.ps.p.Load()))
 		s := h.State()

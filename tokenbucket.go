@@ -1,6 +1,9 @@
 package ratelimit
 
-import "fmt"
+import (
+	"fmt"
+	"sync/atomic"
+)
 
 // TokenBucket is a token bucket per key: a bucket holds up to capacity C
 // tokens, refilled continuously at rate r; an event takes one token, and is
@@ -39,6 +42,12 @@ import "fmt"
 //
 // A key is at rest when its bucket is full (TAT <= now); the store may drop
 // it then without changing any decision. State per key: 24 bytes.
+//
+// The global key "" (one bucket for every caller) has a path of its own:
+// when 1/r and C/r are whole numbers of nanoseconds (100 per second, 1,000
+// per minute, but not 3 per second) and "" has no override and the
+// limiter no observer, Allow on "" takes no lock, only a compare-and-swap
+// on the key's TAT (a refusal not even that), with the same decisions.
 //
 // Take decides like AllowN and hands back the booking; Reservation.Settle
 // settles it at its actual cost. A surplus comes back, at any time, while
@@ -89,7 +98,34 @@ type tbParams struct {
 	gen   uint32
 	since int64
 	hist  []tbParams
+
+	// hot is where the global key's TAT is lent while Allow on "" may
+	// step it by one compare-and-swap (see allowGlobal), which lends
+	// says it may: iv and tau are whole nanoseconds. The copies in a later
+	// hist share hot, unused.
+	hot   *tbHot
+	lends bool
 }
+
+// tbHot holds the TAT of the global key "" while the key's slot lends it
+// (see allowGlobal): w is lentBit|TAT (whole nanoseconds) while lent, 0
+// while not, and hotClosed once the parameters it belongs to have been
+// replaced, so that it is never lent again. It has a cache line of its
+// own: Allow on "" writes it, every call reads the parameters beside it.
+type tbHot struct {
+	w atomic.Uint64
+	_ [56]byte
+}
+
+const (
+	lentBit   = 1 << 63
+	hotClosed = 1
+	// lentNs is the TAT the slot of "" holds while it has lent the real
+	// one: after any instant the clock can read, so that a state read by
+	// mistake while lent refuses, and far enough below the largest int64
+	// that no step on it overflows.
+	lentNs = 3 << 61
+)
 
 // maxHist is how many earlier parameters a token bucket keeps to
 // re-express the TAT of a key that has not decided since: a key idle
@@ -110,6 +146,7 @@ func NewTokenBucket(rate Rate, capacity int, opts ...Option) (*TokenBucket, erro
 	if err := l.k.setup(alg, opts); err != nil {
 		return nil, err
 	}
+	l.k.claim = func(s *tbState) { l.k.ps.p.Load().reclaim(s) }
 	return l, nil
 }
 
@@ -126,7 +163,9 @@ func newTBParams(rate Rate, capacity int) (*tbParams, error) {
 		return nil, fmt.Errorf("%w: a capacity of %d at %v takes %s to refill, more than a bucket may span (%s)",
 			ErrInvalidCapacity, capacity, rate, readableNs(span), maxSpanText)
 	}
-	return &tbParams{iv: iv, capacity: int64(capacity), tau: iv.Add(ftime{}, int64(capacity))}, nil
+	p := &tbParams{iv: iv, capacity: int64(capacity), tau: iv.Add(ftime{}, int64(capacity)), hot: new(tbHot)}
+	p.lends = p.iv.R == 0 && p.tau.Fr == 0
+	return p, nil
 }
 
 // SetRate changes the rate and capacity of every key, from each key's next
@@ -154,8 +193,19 @@ func (tb *TokenBucket) SetRate(rate Rate, capacity int) error {
 			return nil, err
 		}
 		p.succeed(old, now)
+		tb.closeHot(old, now)
 		return p, nil
 	})
+}
+
+// closeHot takes back the global key's TAT if old lent it, and closes
+// old's hot word for good, before the new parameters are published: a
+// TAT is lent only by the parameters in force, so that whoever holds the
+// key of "" and finds its TAT lent knows where it is (see reclaim).
+func (tb *TokenBucket) closeHot(old *tbParams, now int64) {
+	h, _ := tb.k.take("", now, false)
+	old.hot.w.Store(hotClosed)
+	h.Release()
 }
 
 // succeed makes p the parameters after old, from now on.
@@ -243,6 +293,11 @@ func (tb *TokenBucket) Allow(key string) bool {
 	// allowAt's body, written out: Allow is the hot path, and allowAt is
 	// too large to inline.
 	now := tb.k.nc.now()
+	if len(key) == 0 {
+		if p := tb.k.ps.p.Load(); p.lends {
+			return tb.allowGlobal(p, now)
+		}
+	}
 	h, _ := tb.k.st.Take(key, now, true)
 	p := tb.k.ps.p.Load()
 	if h.Flagged() { // an override: the key's own parameters
@@ -262,6 +317,11 @@ func (tb *TokenBucket) allowAt(key string, now int64) bool {
 	if tb.k.obs != nil {
 		return tb.k.allowObserved(key)
 	}
+	if len(key) == 0 {
+		if p := tb.k.ps.p.Load(); p.lends {
+			return tb.allowGlobal(p, now)
+		}
+	}
 	h, _ := tb.k.st.Take(key, now, true)
 	p := tb.k.ps.p.Load()
 	if h.Flagged() {
@@ -270,6 +330,79 @@ func (tb *TokenBucket) allowAt(key string, now int64) bool {
 	_, ok := p.admit(h.State(), now, 1, 0)
 	h.Release()
 	return ok
+}
+
+// allowGlobal is Allow on the global key "" at now under p, the
+// parameters in force, if they lend (see lend; under other parameters the
+// key's TAT is never lent, and Allow takes its slot as any key's). While
+// the key's slot has lent its TAT to p (its hot word), a call
+// steps it there by one compare-and-swap, without the slot: the step of
+// admit for one event with no wait, in whole nanoseconds, which is all a
+// lent TAT can need (see lend). A refusal writes nothing. Anything else
+// (the TAT not lent, the parameters replaced) takes the slot.
+//
+// The hot word of the parameters a call read can only move forward while
+// lent (each step adds an interval to a TAT at least now), and is lent
+// again only by the same parameters: a compare-and-swap that succeeds
+// acted on the state as it was, under the parameters it was lent by.
+func (tb *TokenBucket) allowGlobal(p *tbParams, now int64) bool {
+	hot := &p.hot.w
+	for w := hot.Load(); w&lentBit != 0; w = hot.Load() {
+		base := max(int64(w&^lentBit), now)
+		next := base + p.iv.Q
+		if next-now > p.tau.Ns {
+			return false
+		}
+		if hot.CompareAndSwap(w, lentBit|uint64(next)) {
+			return true
+		}
+	}
+	return tb.allowGlobalSlot(now)
+}
+
+// allowGlobalSlot is allowGlobal through the key's slot: it takes back a
+// TAT lent, decides, and lends the TAT again if it may.
+func (tb *TokenBucket) allowGlobalSlot(now int64) bool {
+	h, _ := tb.k.st.Take("", now, true)
+	p := tb.k.ps.p.Load()
+	s := h.State()
+	if h.Flagged() { // an override: never lent
+		_, ok := tb.k.overrideOf("", p).admit(s, now, 1, 0)
+		h.Release()
+		return ok
+	}
+	p.reclaim(s)
+	_, ok := p.admit(s, now, 1, 0)
+	p.lend(s)
+	h.Release()
+	return ok
+}
+
+// lend lends the TAT of s, the global key's state under p, the
+// parameters in force, held by the caller with no override, to p's hot
+// word, if the step of allowGlobal is exactly admit's for it: p lends
+// (its interval and burst tolerance are whole nanoseconds), and the state
+// was written under p with a whole TAT. Closed parameters lend nothing.
+func (p *tbParams) lend(s *tbState) {
+	if !p.lends || s.gen != p.gen || s.tat.Fr != 0 || s.tat.Ns < 0 || s.tat.Ns >= lentNs {
+		return
+	}
+	if p.hot.w.CompareAndSwap(0, lentBit|uint64(s.tat.Ns)) {
+		s.tat = ftime{Ns: lentNs}
+	}
+}
+
+// reclaim takes back the TAT that s, the global key's state, held by the
+// caller, has lent, if it has: it is in the hot word of p, the parameters
+// in force, which closes for good before they are replaced (closeHot).
+// Every holder of the key's slot reclaims before it reads the state:
+// keyed.take, the store's atRest, allowGlobalSlot.
+func (p *tbParams) reclaim(s *tbState) {
+	if s.tat.Ns != lentNs {
+		return
+	}
+	w := p.hot.w.Swap(0)
+	s.tat = ftime{Ns: int64(w &^ lentBit)}
 }
 
 func (p *tbParams) init(s *tbState, now int64) { *s = tbState{tat: ftime{Ns: now}, gen: p.gen} }
@@ -284,6 +417,7 @@ func (p *tbParams) reset(s *tbState, now int64, gen uint32) {
 // atRest: the bucket is full. Under a larger capacity than it was written
 // under, a state full then may not be full now.
 func (p *tbParams) atRest(s *tbState, now int64) bool {
+	p.reclaim(s) // the global key's, if lent: under the key's lock, like every caller
 	if s.gen != p.gen {
 		c := *s
 		p.adopt(&c, now)

@@ -145,13 +145,16 @@ func BenchmarkFloor(b *testing.B) {
 	})
 }
 
-// paths are the two outcomes a one-key benchmark holds a limiter on.
+// paths are the outcomes a one-key benchmark holds a limiter on: always
+// allowed (an interval of a fraction of a nanosecond, and of whole
+// nanoseconds), and always denied.
 var paths = []struct {
 	name  string
 	spec  spec
 	allow bool
 }{
 	{"allow", allowSpec, true},
+	{"allow-whole", wholeSpec, true},
 	{"deny", denySpec, false},
 }
 

@@ -37,6 +37,11 @@ var (
 	// allowSpec is never reached within a one-key benchmark: every call is
 	// allowed. Its burst of 2³⁰ events outlasts any run.
 	allowSpec = spec{limit: 1 << 30, period: time.Hour}
+	// wholeSpec is allowSpec with an interval between events of a whole
+	// number of nanoseconds (4 µs), as most configured limits have (100
+	// per second, 1,000 per minute): our token bucket steps the global
+	// key "" of such a limit by one compare-and-swap.
+	wholeSpec = spec{limit: 1 << 30, period: (1 << 30) * 4 * time.Microsecond}
 	// denySpec allows one event per hour; benchmarks spend it first, so
 	// every timed call is denied.
 	denySpec = spec{limit: 1, period: time.Hour}

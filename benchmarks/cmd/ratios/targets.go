@@ -102,7 +102,7 @@ func (r *results) checks() []check {
 	// monotonic clock read plus a CAS.
 	since, ok1 := r.get("Floor/op=time.Since", "", "ns/op")
 	cas, ok2 := r.get("Floor/op=CAS", "", "ns/op")
-	for _, path := range []string{"allow", "deny"} {
+	for _, path := range []string{"allow", "allow-whole", "deny"} {
 		sc := "OneKey/path=" + path + "/run=serial"
 		add(r.ratioCheck("one key, "+path+", serial: ≤ 0.45× xrate", sc, ourTB, "", "xrate", 0.45))
 		add(r.ratioCheck("one key, "+path+", serial: ≤ 1.0× failsafe (a single limiter, no key to find)", sc, ourTB, "", "failsafe", 1.0))
