@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 )
 
 // TokenBucket is a token bucket per key: a bucket holds up to capacity C
@@ -44,10 +45,12 @@ import (
 // it then without changing any decision. State per key: 24 bytes.
 //
 // The global key "" (one bucket for every caller) has a path of its own:
-// when 1/r and C/r are whole numbers of nanoseconds (100 per second, 1,000
-// per minute, but not 3 per second) and "" has no override and the
-// limiter no observer, Allow on "" takes no lock, only a compare-and-swap
-// on the key's TAT (a refusal not even that), with the same decisions.
+// while "" has no override and the limiter no observer, Allow on "" takes
+// no lock, only a compare-and-swap on the key's TAT (a refusal not even
+// that), with the same decisions. It needs 1/r and C/r counted exactly
+// in a unit of 1/u ns, with u at most about 2·10⁷ and C/r at most 2⁶⁰
+// units (u is 1 for an interval of whole nanoseconds, 3 for 3 per
+// second); other limits take the key's lock.
 //
 // Take decides like AllowN and hands back the booking; Reservation.Settle
 // settles it at its actual cost. A surplus comes back, at any time, while
@@ -99,23 +102,39 @@ type tbParams struct {
 	since int64
 	hist  []tbParams
 
-	// hot is where the global key's TAT is lent while Allow on "" may
-	// step it by one compare-and-swap (see allowGlobal), which lends
-	// says it may: iv and tau are whole nanoseconds. The copies in a later
-	// hist share hot, unused.
-	hot   *tbHot
-	lends bool
+	// hot holds the word the global key's TAT is lent to while Allow on
+	// "" may step it by one compare-and-swap (see allowGlobal), if lends
+	// says it may. The copies in a later hist share it, unused. The lent
+	// TAT is counted in units of 1/unit ns (unit divides iv.Den, and
+	// every multiple of iv and tau is a whole number of units) from the
+	// word's anchor: ivU and tauU are iv and tau in units, and span is
+	// how far now may be past the anchor for now, TAT and a step to fit
+	// in the word.
+	hot             *atomic.Pointer[tbHot]
+	lends           bool
+	unit, ivU, tauU int64
+	span, fracPerU  int64
 }
 
-// tbHot holds the TAT of the global key "" while the key's slot lends it
-// (see allowGlobal): w is lentBit|TAT (whole nanoseconds) while lent, 0
-// while not, and hotClosed once the parameters it belongs to have been
-// replaced, so that it is never lent again. It has a cache line of its
-// own: Allow on "" writes it, every call reads the parameters beside it.
+// tbHot is a word the TAT of the global key "" is lent to (see
+// allowGlobal), and its anchor: w is lentBit|x while lent, the TAT being
+// anchor + x/unit ns, 0 while not, and hotClosed once replaced (by a word
+// of another anchor, or with the parameters), never to be lent again; the
+// anchor never changes. It has a cache line of its own: Allow on ""
+// writes it, every call reads the parameters beside it.
 type tbHot struct {
-	w atomic.Uint64
-	_ [56]byte
+	w      atomic.Uint64
+	anchor int64
+	_      [48]byte
 }
+
+// retired is the word of parameters that have been replaced: closed, and
+// never replaced in turn.
+var retired = func() *tbHot {
+	h := new(tbHot)
+	h.w.Store(hotClosed)
+	return h
+}()
 
 const (
 	lentBit   = 1 << 63
@@ -125,6 +144,9 @@ const (
 	// mistake while lent refuses, and far enough below the largest int64
 	// that no step on it overflows.
 	lentNs = 3 << 61
+	// maxUnits bounds the numbers a lent TAT's step handles: now and TAT
+	// past the anchor, and the burst tolerance, in units.
+	maxUnits = 1 << 60
 )
 
 // maxHist is how many earlier parameters a token bucket keeps to
@@ -163,9 +185,40 @@ func newTBParams(rate Rate, capacity int) (*tbParams, error) {
 		return nil, fmt.Errorf("%w: a capacity of %d at %v takes %s to refill, more than a bucket may span (%s)",
 			ErrInvalidCapacity, capacity, rate, readableNs(span), maxSpanText)
 	}
-	p := &tbParams{iv: iv, capacity: int64(capacity), tau: iv.Add(ftime{}, int64(capacity)), hot: new(tbHot)}
-	p.lends = p.iv.R == 0 && p.tau.Fr == 0
+	p := &tbParams{iv: iv, capacity: int64(capacity), tau: iv.Add(ftime{}, int64(capacity)), hot: new(atomic.Pointer[tbHot])}
+	p.setLending()
 	return p, nil
+}
+
+// setLending works out whether p can lend the global key's TAT, and in
+// what unit: 1/unit ns, where unit is iv.Den over the greatest common
+// divisor of iv.Den, iv's fraction and tau's, so that iv, tau and every
+// TAT they make from whole instants are whole numbers of units. It lends
+// if tau in units is at most maxUnits and now may run at least a minute
+// past an anchor (span) before the word must be anchored afresh.
+func (p *tbParams) setLending() {
+	den := p.iv.Den
+	if den <= 0 {
+		return
+	}
+	g := gcd(gcd(den, p.iv.R), p.tau.Fr)
+	u := den / g
+	if p.iv.Q > maxUnits/u || p.tau.Ns > maxUnits/u {
+		return
+	}
+	p.unit, p.fracPerU = u, g
+	p.ivU = p.iv.Q*u + p.iv.R/g
+	p.tauU = p.tau.Ns*u + p.tau.Fr/g
+	p.span = maxUnits / u
+	p.lends = p.tauU <= maxUnits && p.span >= int64(time.Minute)
+}
+
+// gcd is the greatest common divisor of a and b, not both zero.
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 // SetRate changes the rate and capacity of every key, from each key's next
@@ -204,7 +257,9 @@ func (tb *TokenBucket) SetRate(rate Rate, capacity int) error {
 // key of "" and finds its TAT lent knows where it is (see reclaim).
 func (tb *TokenBucket) closeHot(old *tbParams, now int64) {
 	h, _ := tb.k.take("", now, false)
-	old.hot.w.Store(hotClosed)
+	if w := old.hot.Swap(retired); w != nil {
+		w.w.Store(hotClosed)
+	}
 	h.Release()
 }
 
@@ -333,35 +388,41 @@ func (tb *TokenBucket) allowAt(key string, now int64) bool {
 }
 
 // allowGlobal is Allow on the global key "" at now under p, the
-// parameters in force, if they lend (see lend; under other parameters the
-// key's TAT is never lent, and Allow takes its slot as any key's). While
-// the key's slot has lent its TAT to p (its hot word), a call
-// steps it there by one compare-and-swap, without the slot: the step of
-// admit for one event with no wait, in whole nanoseconds, which is all a
-// lent TAT can need (see lend). A refusal writes nothing. Anything else
-// (the TAT not lent, the parameters replaced) takes the slot.
+// parameters in force, if they lend (see setLending; under other
+// parameters the key's TAT is never lent, and Allow takes its slot as any
+// key's). While the key's slot has lent its TAT to p's word, a call steps
+// it there by one compare-and-swap, without the slot: the step of admit
+// for one event with no wait, exactly, in units of 1/p.unit ns from the
+// word's anchor. A refusal writes nothing. Anything else (the TAT not
+// lent, the parameters replaced, now too far from the anchor) takes the
+// slot.
 //
-// The hot word of the parameters a call read can only move forward while
-// lent (each step adds an interval to a TAT at least now), and is lent
-// again only by the same parameters: a compare-and-swap that succeeds
-// acted on the state as it was, under the parameters it was lent by.
+// A word, once read, can only move forward while lent (each step adds an
+// interval to a TAT at least now), is lent again only under the same
+// parameters and anchor, and once closed stays closed: a compare-and-swap
+// that succeeds acted on the TAT as it stood, under the parameters and
+// anchor it was lent with.
 func (tb *TokenBucket) allowGlobal(p *tbParams, now int64) bool {
-	hot := &p.hot.w
-	for w := hot.Load(); w&lentBit != 0; w = hot.Load() {
-		base := max(int64(w&^lentBit), now)
-		next := base + p.iv.Q
-		if next-now > p.tau.Ns {
-			return false
-		}
-		if hot.CompareAndSwap(w, lentBit|uint64(next)) {
-			return true
+	if h := p.hot.Load(); h != nil {
+		if d := now - h.anchor; d >= 0 && d <= p.span {
+			nowU := d * p.unit
+			for w := h.w.Load(); w&lentBit != 0; w = h.w.Load() {
+				next := max(int64(w&^lentBit), nowU) + p.ivU
+				if next-nowU > p.tauU {
+					return false
+				}
+				if h.w.CompareAndSwap(w, lentBit|uint64(next)) {
+					return true
+				}
+			}
 		}
 	}
 	return tb.allowGlobalSlot(now)
 }
 
 // allowGlobalSlot is allowGlobal through the key's slot: it takes back a
-// TAT lent, decides, and lends the TAT again if it may.
+// TAT lent, decides, and lends the TAT again if it may. A word anchored
+// afresh is allocated with the slot let go, and lent at the next call.
 func (tb *TokenBucket) allowGlobalSlot(now int64) bool {
 	h, _ := tb.k.st.Take("", now, true)
 	p := tb.k.ps.p.Load()
@@ -373,36 +434,75 @@ func (tb *TokenBucket) allowGlobalSlot(now int64) bool {
 	}
 	p.reclaim(s)
 	_, ok := p.admit(s, now, 1, 0)
-	p.lend(s)
+	anchor, fresh := p.lend(s, now)
 	h.Release()
+	if fresh {
+		p.anchor(anchor)
+	}
 	return ok
 }
 
-// lend lends the TAT of s, the global key's state under p, the
-// parameters in force, held by the caller with no override, to p's hot
-// word, if the step of allowGlobal is exactly admit's for it: p lends
-// (its interval and burst tolerance are whole nanoseconds), and the state
-// was written under p with a whole TAT. Closed parameters lend nothing.
-func (p *tbParams) lend(s *tbState) {
-	if !p.lends || s.gen != p.gen || s.tat.Fr != 0 || s.tat.Ns < 0 || s.tat.Ns >= lentNs {
-		return
+// lend lends the TAT of s, the global key's state under p, the parameters
+// in force, held by the caller with no override, to p's word, if p lends
+// and the state was written under p with a TAT of whole units that the
+// word's anchor can hold, now not too far past it. If the word cannot
+// (none yet, or its anchor too far from now or the TAT), lend lends
+// nothing and reports an anchor for a new word, now, if a word anchored
+// there can hold the TAT.
+func (p *tbParams) lend(s *tbState, now int64) (anchor int64, fresh bool) {
+	if !p.lends || s.gen != p.gen || s.tat.Fr%p.fracPerU != 0 || s.tat.Ns < 0 || s.tat.Ns >= lentNs {
+		return 0, false
 	}
-	if p.hot.w.CompareAndSwap(0, lentBit|uint64(s.tat.Ns)) {
-		s.tat = ftime{Ns: lentNs}
+	h := p.hot.Load()
+	if h == retired {
+		return 0, false
+	}
+	if h != nil {
+		d, dt := now-h.anchor, s.tat.Ns-h.anchor
+		if d >= 0 && d <= p.span/2 && dt >= 0 && dt <= p.span {
+			if h.w.CompareAndSwap(0, lentBit|uint64(dt*p.unit+s.tat.Fr/p.fracPerU)) {
+				s.tat = ftime{Ns: lentNs}
+			}
+			return 0, false
+		}
+	}
+	// A word anchored at now would hold the TAT (after a decision it is
+	// at least now) unless a debt takes it further than span ahead.
+	if dt := s.tat.Ns - now; dt < 0 || dt > p.span {
+		return 0, false
+	}
+	return now, true
+}
+
+// anchor replaces p's word, if it is not lent and p's is not retired, by
+// a new word anchored at a: it allocates, so is called with the key of ""
+// let go, and the word is lent at the next call through the slot.
+func (p *tbParams) anchor(a int64) {
+	nh := &tbHot{anchor: a}
+	for {
+		h := p.hot.Load()
+		if h == retired || (h != nil && !h.w.CompareAndSwap(0, hotClosed)) {
+			return // retired, lent since, or closed by another's anchor
+		}
+		if p.hot.CompareAndSwap(h, nh) {
+			return
+		}
+		// another's anchor came first: close it too, or leave it if lent
 	}
 }
 
 // reclaim takes back the TAT that s, the global key's state, held by the
-// caller, has lent, if it has: it is in the hot word of p, the parameters
-// in force, which closes for good before they are replaced (closeHot).
-// Every holder of the key's slot reclaims before it reads the state:
-// keyed.take, the store's atRest, allowGlobalSlot.
+// caller, has lent, if it has: it is in the word of p, the parameters in
+// force, which retire theirs for good before they are replaced
+// (closeHot). Every holder of the key's slot reclaims before it reads the
+// state: keyed.take, the store's atRest, allowGlobalSlot.
 func (p *tbParams) reclaim(s *tbState) {
 	if s.tat.Ns != lentNs {
 		return
 	}
-	w := p.hot.w.Swap(0)
-	s.tat = ftime{Ns: int64(w &^ lentBit)}
+	h := p.hot.Load()
+	x := int64(h.w.Swap(0) &^ lentBit)
+	s.tat = ftime{Ns: h.anchor + x/p.unit, Fr: x % p.unit * p.fracPerU}
 }
 
 func (p *tbParams) init(s *tbState, now int64) { *s = tbState{tat: ftime{Ns: now}, gen: p.gen} }

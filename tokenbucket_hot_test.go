@@ -11,7 +11,10 @@ import (
 
 // lent reports whether tb's global key has lent its TAT to the
 // parameters in force (see TokenBucket.allowGlobal).
-func lent(tb *TokenBucket) bool { return tb.k.ps.p.Load().hot.w.Load()&lentBit != 0 }
+func lent(tb *TokenBucket) bool {
+	h := tb.k.ps.p.Load().hot.Load()
+	return h != nil && h.w.Load()&lentBit != 0
+}
 
 // A token bucket decides on "" exactly as on any other key, whether the
 // key's TAT is lent (Allow steps it by one compare-and-swap) or not. Two
@@ -29,9 +32,15 @@ func TestGlobalHotLikeAnyKey(t *testing.T) {
 	}{
 		{Per(4, time.Second), 4},       // 250 ms: whole
 		{Per(10, time.Second), 3},      // 100 ms: whole
-		{Per(3, time.Second), 5},       // 333,333,333⅓ ns: never lent
+		{Per(3, time.Second), 5},       // 333,333,333⅓ ns: thirds of a ns
 		{Per(1000, time.Minute), 1000}, // 60 ms: whole
-		{Per(7, time.Second), 2},       // fractional
+		{Per(7, time.Second), 2},       // sevenths
+		// Units of about 10⁻⁷ ns: a word anchored afresh every minute
+		// or so of the trace.
+		{Per(10_000_019, time.Second), 50},
+		// Units too fine for now to run a minute past an anchor: never
+		// lent.
+		{Per(1<<52-3, 30*24*time.Hour), 40},
 	}
 	for seed := range uint64(8) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
@@ -56,7 +65,11 @@ func TestGlobalHotLikeAnyKey(t *testing.T) {
 				case op < 6:
 					clk.Advance(time.Duration(rng.Int64N(int64(200 * time.Millisecond))))
 				case op < 7:
-					clk.Advance(time.Duration(rng.Int64N(int64(5 * time.Second))))
+					if rng.IntN(8) == 0 { // backwards
+						clk.Advance(-time.Duration(rng.Int64N(int64(2 * time.Second))))
+					} else {
+						clk.Advance(time.Duration(rng.Int64N(int64(5 * time.Second))))
+					}
 				case op < 22:
 					if lent(tbs[0]) {
 						lentAllows++
@@ -160,40 +173,38 @@ func TestGlobalHotLikeAnyKey(t *testing.T) {
 	}
 }
 
-// Allow on "" lends the key's TAT only where its one step is exactly
-// admit's: parameters of whole nanoseconds, no override on "", no
-// observer; and a change of the parameters takes it back and closes the
-// old parameters' word for good.
-func TestGlobalHotLendsOnlyWhole(t *testing.T) {
+// Allow on "" lends the key's TAT where its step in units fits in a word
+// (whole and fractional intervals alike), not under an override on "" or
+// with an observer; a change of the parameters takes it back and retires
+// the old parameters' word for good; a Reserve takes it back.
+func TestGlobalHotLends(t *testing.T) {
 	clk := NewManualClock(suiteT0)
-	tb, err := NewTokenBucket(Per(3, time.Second), 3, WithClock(clk))
+	tb, err := NewTokenBucket(Per(1<<52-3, 30*24*time.Hour), 40, WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb.Allow("")
-	if lent(tb) {
-		t.Fatal("lent under a fractional interval")
+	for range 3 {
+		tb.Allow("")
+		if lent(tb) {
+			t.Fatal("lent in units too fine to hold a minute")
+		}
 	}
-	if err := tb.SetRate(Per(4, time.Second), 4); err != nil {
-		t.Fatal(err)
-	}
-	old := tb.k.ps.p.Load()
-	tb.Allow("")
-	if !lent(tb) {
-		t.Fatal("not lent under a whole interval")
-	}
-	if err := tb.SetRate(Per(5, time.Second), 5); err != nil {
-		t.Fatal(err)
-	}
-	if w := old.hot.w.Load(); w != hotClosed {
-		t.Fatalf("replaced parameters' word %#x, want closed", w)
-	}
-	if lent(tb) {
-		t.Fatal("lent to the new parameters before any Allow")
-	}
-	tb.Allow("")
-	if !lent(tb) {
-		t.Fatal("not lent again after the change")
+	for _, r := range []Rate{Per(3, time.Second), Per(4, time.Second)} {
+		old := tb.k.ps.p.Load()
+		if err := tb.SetRate(r, 4); err != nil {
+			t.Fatal(err)
+		}
+		if h := old.hot.Load(); h != retired {
+			t.Fatalf("replaced parameters' word %p, want retired", h)
+		}
+		if lent(tb) {
+			t.Fatal("lent to the new parameters before any Allow")
+		}
+		tb.Allow("") // anchors a word
+		tb.Allow("") // lends
+		if !lent(tb) {
+			t.Fatalf("%v: not lent", r)
+		}
 	}
 	if err := tb.SetOverride("", Per(4, time.Second), 4); err != nil {
 		t.Fatal(err)
@@ -217,6 +228,9 @@ func TestGlobalHotLendsOnlyWhole(t *testing.T) {
 		t.Fatal("still lent after a Reserve on \"\"")
 	}
 	r.Cancel()
+	if allocs := testing.AllocsPerRun(100, func() { tb.Allow("") }); allocs != 0 {
+		t.Fatalf("Allow on \"\" allocates %v", allocs)
+	}
 
 	var events atomic.Int64
 	obs, err := NewTokenBucket(Per(4, time.Second), 4, WithClock(clk), WithObserver(ObserverFunc(func(Event) { events.Add(1) })))
@@ -240,9 +254,17 @@ func TestGlobalHotLendsOnlyWhole(t *testing.T) {
 // run, at most C + ⌊r·D⌋ events for D the time the clock moved.
 func TestGlobalHotConcurrent(t *testing.T) {
 	const capacity = 300
-	rate := Per(40, time.Second) // 25 ms
-	for _, neutral := range []bool{true, false} {
-		t.Run(fmt.Sprintf("neutral=%v", neutral), func(t *testing.T) {
+	for _, c := range []struct {
+		rate    Rate
+		neutral bool
+	}{
+		{Per(40, time.Second), true}, // 25 ms
+		{Per(40, time.Second), false},
+		{Per(37, time.Second), true}, // 27,027,027 1/37 ns
+		{Per(37, time.Second), false},
+	} {
+		rate, neutral := c.rate, c.neutral
+		t.Run(fmt.Sprintf("%v/neutral=%v", rate, neutral), func(t *testing.T) {
 			clk := NewManualClock(suiteT0)
 			tb, err := NewTokenBucket(rate, capacity, WithClock(clk))
 			if err != nil {
