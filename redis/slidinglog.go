@@ -54,7 +54,7 @@ func NewSlidingLog(client Client, rate ratelimit.Rate, opts ...Option) (*Sliding
 		return nil, err
 	}
 	a := newWindowAlgo(rate.N, int64(rate.Period), int64(horizon), false)
-	l, err := newLimiter(client, slScript, []string{":sl", ":slf"}, a, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
+	l, err := newLimiter(client, slScript, []string{":sl", ":slf", ":slp"}, a, cfg, func(o ...ratelimit.Option) (ratelimit.Limiter, error) {
 		return ratelimit.NewSlidingLog(rate, o...)
 	})
 	if err != nil {
@@ -96,35 +96,15 @@ func slidingLogParams(rate ratelimit.Rate) error {
 	return nil
 }
 
-// slScript mirrors the core's slParams.admit and unstep. KEYS[1] is the log,
-// KEYS[2] the floor; instants are relative to now. Its replies are the
-// fixed window's; the cancel token is the booked instant. A log or floor
-// the script could not have written (of another type, more than 2^20
-// entries, its newest entry or the floor further ahead than a booking
-// goes) is corrupt: the key starts afresh. More than L entries are what a
-// lower limit leaves (see SetRate).
-var slScript = script{name: "sl", fetch: 2, defs: `
-local W, L, hz, fkey, N, floor, floor0, newest, head, hoff, hv
-local NONE = -2 * FAR -- no floor yet
-local MAXLOG, MAXW = 1048576, 35 * 86400 * E9 -- the most L and W may be
-local HEAD = 32 -- entries read at once from the start of the log
--- hat returns the instant of the j-th entry read (0 the first), converted
--- when first asked for (hv holds those converted).
-local function hat(j)
-  local v = hv[j + 1]
-  if not v then
-    v = rel(head[j + 1])
-    hv[j + 1] = v
-  end
-  return v
-end
--- at returns the log's i-th instant (0 the oldest), from the entries read
--- at the start of the call where it can.
-local function at(i)
-  local j = i + hoff
-  if j < #head then return hat(j) end
-  return rel(redis.call('LINDEX', key, i))
-end
+// slScript mirrors the core's slParams.admit and unstep. KEYS[3] is the
+// log, one string (see slFormat); KEYS[1] and KEYS[2] are where the
+// previous version kept it, a list and a floor key, read only to import a
+// log there when KEYS[3] is missing (see slImport). Instants are relative
+// to now. Its replies are the fixed window's; the cancel token is the
+// booked instant. More than L entries are what a lower limit leaves (see
+// SetRate).
+var slScript = script{name: "sl", fetch: 3, defs: "\nlocal W, L, hz -- the call's window, limit and booking horizon\n" + slFormat + slImport + `
+local n0, status, wr, wdel, existed, imported
 -- after returns the index of the oldest instant later than t; N if none.
 local function after(t)
   local lo, hi = 0, N
@@ -144,185 +124,144 @@ local function reset()
   if t <= 0 then return 0 end
   return t
 end
--- store sets the log to expire when it is at rest, or deletes both keys
--- then; the floor is written only when it moved, to expire once passed
--- (a floor in the past counts for nothing).
-local function store()
-  local r = reset()
-  if r == 0 then
-    redis.call('DEL', key); del(fkey)
-    N, head, hoff, newest = 0, {}, 0, NONE -- as empty: nothing left counts
-    return
-  end
-  if N > 0 then expire(key, r) end
-  if floor > floor0 and floor > 0 then put_until(fkey, abs(floor), floor) end
-end
 -- drop removes the k oldest instants and raises floor to when the newest
 -- of them leaves the window.
 local function drop(k)
   if k == 0 then return end
   floor = math.max(floor, at(k - 1) + W)
-  redis.call('LTRIM', key, k, -1)
-  N = N - k
-  hoff = hoff + k
+  N, hoff = N - k, hoff + k
 end
--- load reads the start of the log (all of it, if short), its length and
--- newest instant, and the floor; it reports false if they are not what
--- the script writes: of another type, more than L instants, text, or
--- further ahead than a booking goes.
+-- store packs the log (see pack) to be written by commit, expiring once
+-- the key is at rest, or to be deleted then (nothing left counts).
+local function store()
+  local r = reset()
+  if r == 0 then
+    wr, wdel = false, existed
+    blank()
+    return
+  end
+  pack()
+  wr = r
+end
+-- unlog removes up to m copies of the instant t and says how many: the
+-- log is in order, so the copies are side by side.
+local function unlog(t, m)
+  local lo = after(t - 1)
+  m = math.min(m, after(t) - lo)
+  if m > 0 then
+    E = string.sub(E, 1, HDR) .. string.sub(E, pos(0), pos(lo) - 1) .. string.sub(E, pos(lo + m), pos(N) - 1)
+    N, hoff = N - m, 0
+    newest = NONE
+    if N > 0 then newest = at(N - 1) end
+  end
+  return m
+end
+-- load reads the key's log, or imports one kept by the previous version
+-- when there is none; it reports false if what it read is corrupt.
 local function load()
-  head, hoff, hv = redis.pcall('LRANGE', key, 0, HEAD - 1), 0, {}
-  if head.err then return false end
-  for i = 1, #head do
-    if not string.match(head[i], '^%-?%d+$') then return false end
-  end
-  N = #head
-  if N == HEAD then N = redis.call('LLEN', key) end
-  if N > MAXLOG then return false end
-  newest = NONE
-  if N > 0 then
-    if N <= HEAD then
-      newest = hat(N - 1)
-    else
-      local e = redis.call('LINDEX', key, -1)
-      if not string.match(e, '^%-?%d+$') then return false end
-      newest = rel(e)
-    end
-    if newest > hz + SKEW then return false end
-  end
-  local fv, wrong = get(fkey)
+  wr, wdel, imported, status = false, false, false, 0
+  local v, wrong = get(KEYS[3])
+  existed = v ~= false or wrong
   if wrong then return false end
-  floor = NONE
-  if fv then
-    if not string.match(fv, '^%-?%d+$') then return false end
-    floor = rel(fv)
-    if floor > hz + MAXW + SKEW then return false end
+  if not v then
+    blank()
+    local ok, found = import(KEYS[1], KEYS[2], KEYS[3])
+    imported = found
+    return ok
   end
-  floor0 = floor
-  return true
+  local ok, stale = unpacked(v)
+  wdel = stale -- a value that never expired (see unpacked) goes
+  return ok
+end
+-- decide is the decision, on the log load read. It may read an entry
+-- that is not what the script writes (see at): the caller then decides
+-- again on a fresh log.
+local function decide()
+  -- A settlement of the booking at ARGV[5] (see limiter.settle): 'g'
+  -- removes up to n of its instants from the log, at any time; 'd' logs n
+  -- more instants at its time to act, in order, keeping the newest L
+  -- (those dropped raise the floor, as for a booking). Either then
+  -- replies as a peek.
+  if op == 'g' then
+    if N > 0 and unlog(rel(ARGV[5]), n) > 0 then store() end
+    n = 0
+  elseif op == 'd' then
+    local t = rel(ARGV[5])
+    local m = math.min(n, L)
+    if n > L then floor = math.max(floor, t + W) end
+    local i = after(t) -- the new instants go before the first later than t
+    local over = N + m - L
+    if over > 0 then
+      local d = math.min(over, i)
+      drop(d)
+      i = i - d
+      if over - d > 0 then -- the oldest of the merged log are copies of t
+        m = m - (over - d)
+        floor = math.max(floor, t + W)
+      end
+    end
+    if m > 0 then
+      if i == N then newest = t end
+      insert(i, t, m)
+    end
+    store()
+    n = 0
+  end
+
+  if op == 'u' then
+    if status == 2 then return 2 end
+    local act = rel(ARGV[5])
+    if act < 0 or N == 0 then return 0 end
+    if unlog(act, n) == 0 then return 0 end
+    store()
+    return 1
+  end
+
+  local from = math.max(0, floor, newest)
+  if n == 0 then
+    if op == 'r' then return reply(status + 1, 1, remaining(from), 0, 0, reset(), abs(0)) end
+    return reply(status + 1, 1, remaining(from), 0, 0, reset())
+  end
+  local act = from
+  local j = N - (L - n) - 1
+  if j >= 0 then act = math.max(act, at(j) + W) end
+  local maxwait = tonumber(ARGV[5])
+  if maxwait < 0 or maxwait > hz then maxwait = hz end
+  if act > maxwait then
+    return reply(status, 0, remaining(from), 0, act, reset())
+  end
+  drop(after(-W))
+  if N + n - L > 0 then drop(N + n - L) end
+  append(act, n)
+  newest = act
+  store()
+  local allowed, rem = 0, 0
+  if act == 0 then allowed, rem = 1, L - N end
+  if op == 'r' then
+    return reply(status + 1, allowed, rem, 0, act, act + W, abs(act))
+  end
+  return reply(status + 1, allowed, rem, 0, act, act + W)
 end
 `, body: `
 W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-fkey = KEYS[2]
-local corrupt = false
+n0 = n
+local o0 = O
 if not load() then
-  redis.call('DEL', key); del(fkey)
-  corrupt, N, head, hoff, newest, floor, floor0 = true, 0, {}, 0, NONE, NONE, NONE
+  blank()
+  status, wdel = 2, existed
 end
-local status = 0
-if corrupt then status = 2 end
-
--- A settlement of the booking at ARGV[5] (see limiter.settle): 'g'
--- removes up to n of its instants from the log, at any time; 'd' logs n
--- more instants at its time to act, in order, keeping the newest L (those
--- dropped raise the floor, as for a booking). Either then replies as a
--- peek.
--- lrem removes up to n instants equal to ARGV[5] and says how many: it
--- scans from the log's older end when the instant is among the first read
--- (bookings settled in the order they were made, as requests finish), else
--- from the newer end, so that neither order costs the whole log a call.
--- The copies are equal: which are removed changes nothing.
-local function lrem(n)
-  if #head > hoff and rel(ARGV[5]) <= hat(#head - 1) then
-    return redis.call('LREM', key, n, ARGV[5])
-  end
-  return redis.call('LREM', key, -n, ARGV[5])
+local r = decide()
+if bad then -- an entry read was not one the script writes
+  if OUT then O = o0 end -- forget the reply decide wrote
+  blank()
+  status, wr, wdel, imported, n = 2, false, true, false, n0
+  r = decide()
 end
-
-if op == 'g' then
-  if N > 0 then
-    local m = lrem(n)
-    if m > 0 then
-      N, head, hoff = N - m, {}, 0
-      newest = NONE
-      if N > 0 then newest = at(N - 1) end
-      store()
-    end
-  end
-  n = 0
-elseif op == 'd' then
-  local t = rel(ARGV[5])
-  local m = math.min(n, L)
-  if n > L then floor = math.max(floor, t + W) end
-  local i = after(t) -- the new instants go before the first later than t
-  local over = N + m - L
-  if over > 0 then
-    local d = math.min(over, i)
-    drop(d)
-    i = i - d
-    if over - d > 0 then -- the oldest of the merged log are copies of t
-      m = m - (over - d)
-      floor = math.max(floor, t + W)
-    end
-  end
-  if m > 0 then
-    local later = {}
-    if i < N then
-      later = redis.call('LRANGE', key, i, -1)
-      if i == 0 then redis.call('DEL', key) else redis.call('LTRIM', key, 0, i - 1) end
-    end
-    local vals = {}
-    for j = 1, math.min(m, 1000) do vals[j] = ARGV[5] end
-    local left = m
-    while left > 0 do
-      local k = math.min(left, 1000)
-      redis.call('RPUSH', key, unpack(vals, 1, k))
-      left = left - k
-    end
-    for j = 1, #later, 1000 do
-      redis.call('RPUSH', key, unpack(later, j, math.min(j + 999, #later)))
-    end
-    if i == N then newest = t end
-    N, head, hoff = N + m, {}, 0
-  end
-  store()
-  n = 0
+if imported and not wr and not wdel then store() end
+if wr then
+  put_until(KEYS[3], E, wr)
+elseif wdel then
+  del(KEYS[3])
 end
-
-if op == 'u' then
-  if corrupt then return 2 end
-  local act = rel(ARGV[5])
-  if act < 0 or N == 0 then return 0 end
-  local m = lrem(n)
-  if m == 0 then return 0 end
-  N, head, hoff = N - m, {}, 0
-  newest = NONE
-  if N > 0 then newest = at(N - 1) end
-  store()
-  return 1
-end
-
-local from = math.max(0, floor, newest)
-if n == 0 then
-  if op == 'r' then return reply(status + 1, 1, remaining(from), 0, 0, reset(), abs(0)) end
-  return reply(status + 1, 1, remaining(from), 0, 0, reset())
-end
-local act = from
-local j = N - (L - n) - 1
-if j >= 0 then act = math.max(act, at(j) + W) end
-local maxwait = tonumber(ARGV[5])
-if maxwait < 0 or maxwait > hz then maxwait = hz end
-if act > maxwait then
-  return reply(status, 0, remaining(from), 0, act, reset())
-end
-drop(after(-W))
-if N + n - L > 0 then drop(N + n - L) end
-local a = abs(act)
-local vals = {}
-for i = 1, math.min(n, 1000) do vals[i] = a end
-local left = n
-while left > 0 do
-  local k = math.min(left, 1000)
-  redis.call('RPUSH', key, unpack(vals, 1, k))
-  left = left - k
-end
-N = N + n
-newest = act
-store()
-local allowed, rem = 0, 0
-if act == 0 then allowed, rem = 1, L - N end
-if op == 'r' then
-  return reply(status + 1, allowed, rem, 0, act, act + W, a)
-end
-return reply(status + 1, allowed, rem, 0, act, act + W)
+return r
 `}

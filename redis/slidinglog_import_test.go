@@ -1,0 +1,291 @@
+package redis
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// listScript is the sliding log's script as the previous version ran it
+// (testdata/slidinglog_list.lua): its log a list under ":sl", its floor
+// under ":slf".
+func listScript(t *testing.T) *goredis.Script {
+	t.Helper()
+	src, err := os.ReadFile("testdata/slidinglog_list.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs, body, ok := strings.Cut(string(src), "\n-- body\n")
+	if !ok {
+		t.Fatal("testdata/slidinglog_list.lua: no body")
+	}
+	return goredis.NewScript(script{defs: defs, body: body}.evalSource())
+}
+
+// listLimiter decides as the previous version's sliding log did, on the
+// clock mc: a step ("s") of n events waiting at most maxWait (-1: a
+// booking, up to the horizon), replying allowed (or, for a booking, OK)
+// and the delay.
+type listLimiter struct {
+	c      *goredis.Client
+	s      *goredis.Script
+	prefix string
+	mc     *ratelimit.ManualClock
+	rate   ratelimit.Rate
+}
+
+func (l listLimiter) step(t *testing.T, key string, n int, maxWait time.Duration) (ok bool, delay time.Duration) {
+	t.Helper()
+	keys := []string{redisKey(l.prefix, key, ":sl"), redisKey(l.prefix, key, ":slf")}
+	r, err := l.s.Run(context.Background(), l.c, keys, "s", strconv.FormatInt(l.mc.Now().UnixNano(), 10), 60_000, n,
+		int64(maxWait), int64(l.rate.Period), l.rate.N, int64(horizon)).Slice()
+	if err != nil {
+		t.Fatalf("the previous version's script: %v", err)
+	}
+	return r[0].(int64)%2 == 1, time.Duration(r[4].(int64))
+}
+
+// TestSlidingLogImport writes logs as the previous version did (a list of
+// decimal Unix ns and a floor key, by its own script), on random traces
+// of steps and bookings ahead (which leave floors), and then decides on
+// the same keys with this version: every decision, before and after, is
+// the in-memory SlidingLog's on the same trace, so the imported log
+// counts every event the list held. The list is left as it was, to
+// expire as the previous version set it to.
+func TestSlidingLogImport(t *testing.T) {
+	c := newClient(t, redisAddr(t), true)
+	ctx := context.Background()
+	old := listScript(t)
+	for _, coalesce := range []bool{false, true} {
+		for seed := range uint64(6) {
+			t.Run("coalesce="+strconv.FormatBool(coalesce)+"/seed="+strconv.FormatUint(seed, 10), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(seed, 7))
+				rate := ratelimit.Per(int64(1+rng.IntN(5)), time.Duration(1+rng.IntN(60))*time.Second)
+				mc := ratelimit.NewManualClock(start)
+				prefix := testPrefix(t)
+				mem, err := ratelimit.NewSlidingLog(rate, ratelimit.WithClock(mc))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ll := listLimiter{c: c, s: old, prefix: prefix, mc: mc, rate: rate}
+				keys := []string{"a", "b", "c"}
+				var sawFloor, sawList bool
+				for i := range 60 {
+					mc.Advance(time.Duration(rng.Int64N(int64(rate.Period) / 2)))
+					k, n := keys[rng.IntN(len(keys))], 1+rng.IntN(int(rate.N))
+					if rng.IntN(3) == 0 { // a booking ahead
+						res, _ := mem.Reserve(ctx, k, n)
+						ok, delay := ll.step(t, k, n, -1)
+						if ok != res.OK() || (ok && delay != res.Delay()) {
+							t.Fatalf("step %d: the list's booking of %d on %q: %v %v, in memory %v %v", i, n, k, ok, delay, res.OK(), res.Delay())
+						}
+						continue
+					}
+					want, _ := mem.AllowN(ctx, k, n)
+					if ok, _ := ll.step(t, k, n, 0); ok != want.Allowed {
+						t.Fatalf("step %d: the list's AllowN(%q, %d) = %v, in memory %+v", i, k, n, ok, want)
+					}
+				}
+				lens := map[string]int64{}
+				for _, k := range keys {
+					lens[k] = c.LLen(ctx, redisKey(prefix, k, ":sl")).Val()
+					sawList = sawList || lens[k] > 0
+					sawFloor = sawFloor || c.Exists(ctx, redisKey(prefix, k, ":slf")).Val() == 1
+				}
+				if !sawList {
+					t.Fatal("the trace left no list to import")
+				}
+				lim, err := NewSlidingLog(c, rate, WithPrefix(prefix), WithClock(mc), withClockTime(60_000), WithCoalescing(coalesce),
+					WithOnError(func(_ string, err error) { t.Errorf("hook: %v", err) }))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := range 60 {
+					k, n := keys[rng.IntN(len(keys))], rng.IntN(int(rate.N)+1)
+					if rng.IntN(3) == 0 && n > 0 {
+						want, _ := mem.Reserve(ctx, k, n)
+						got, err := lim.Reserve(ctx, k, n)
+						if err != nil || got.OK() != want.OK() || got.Delay() != want.Delay() || got.Decision() != want.Decision() {
+							t.Fatalf("step %d: Reserve(%q, %d) = %v %v %+v %v, in memory %v %v %+v", i, k, n, got.OK(), got.Delay(), got.Decision(), err, want.OK(), want.Delay(), want.Decision())
+						}
+					} else {
+						want, _ := mem.AllowN(ctx, k, n)
+						got, err := lim.AllowN(ctx, k, n)
+						if err != nil || got != want {
+							t.Fatalf("step %d: AllowN(%q, %d) = %+v %v, in memory %+v", i, k, n, got, err, want)
+						}
+					}
+					mc.Advance(time.Duration(rng.Int64N(int64(rate.Period) / 3)))
+				}
+				for _, k := range keys {
+					if got := c.LLen(ctx, redisKey(prefix, k, ":sl")).Val(); got != lens[k] {
+						t.Errorf("the list of %q holds %d entries after the import, %d before", k, got, lens[k])
+					}
+				}
+				if !sawFloor {
+					t.Error("the trace left no floor key to import")
+				}
+			})
+		}
+	}
+}
+
+// TestSlidingLogMixedFleet alternates the previous version and this one
+// at random on one key, as during a rolling upgrade: each version admits
+// at most L events in any window (this one counting the list's events
+// where it imported them), so together at most 2L, and neither deletes
+// the other's log.
+func TestSlidingLogMixedFleet(t *testing.T) {
+	c := newClient(t, redisAddr(t), true)
+	ctx := context.Background()
+	old := listScript(t)
+	for seed := range uint64(4) {
+		t.Run("seed="+strconv.FormatUint(seed, 10), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 11))
+			rate := ratelimit.Per(3, 10*time.Second)
+			mc := ratelimit.NewManualClock(start)
+			prefix := testPrefix(t)
+			ll := listLimiter{c: c, s: old, prefix: prefix, mc: mc, rate: rate}
+			lim, err := NewSlidingLog(c, rate, WithPrefix(prefix), WithClock(mc), withClockTime(60_000),
+				WithOnError(func(_ string, err error) { t.Errorf("hook: %v", err) }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var admitted [2][]time.Time // by the previous version, by this one
+			for range 400 {
+				mc.Advance(time.Duration(rng.Int64N(int64(2 * time.Second))))
+				n := 1 + rng.IntN(2)
+				if rng.IntN(2) == 0 {
+					if ok, _ := ll.step(t, "k", n, 0); ok {
+						for range n {
+							admitted[0] = append(admitted[0], mc.Now())
+						}
+					}
+				} else if d, err := lim.AllowN(ctx, "k", n); err != nil {
+					t.Fatal(err)
+				} else if d.Allowed {
+					for range n {
+						admitted[1] = append(admitted[1], mc.Now())
+					}
+				}
+			}
+			all := append(append([]time.Time{}, admitted[0]...), admitted[1]...)
+			slices.SortFunc(all, time.Time.Compare)
+			for side, limit := range map[string]struct {
+				ts []time.Time
+				l  int
+			}{"previous": {admitted[0], int(rate.N)}, "this": {admitted[1], int(rate.N)}, "together": {all, 2 * int(rate.N)}} {
+				if len(limit.ts) < int(rate.N) {
+					t.Errorf("%s version admitted %d events in all", side, len(limit.ts))
+				}
+				for i, at := range limit.ts {
+					in := 0
+					for _, u := range limit.ts[i:] {
+						if u.Sub(at) < rate.Period {
+							in++
+						}
+					}
+					if in > limit.l {
+						t.Fatalf("%s: %d events admitted in the window from %v, the bound is %d", side, in, at.Sub(start), limit.l)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestSlidingLogImportBatched imports logs inside batches: a batch whose
+// missing logs all have no list (checked with the batch's prefetch), and
+// batches mixing keys with a log, keys with a list to import and keys
+// with neither, a key's decisions repeated. Each decision is the
+// in-memory SlidingLog's, taken in the batch's order.
+func TestSlidingLogImportBatched(t *testing.T) {
+	c := newClient(t, redisAddr(t), true)
+	ctx := context.Background()
+	old := listScript(t)
+	rate := ratelimit.Per(3, time.Minute)
+	for _, order := range [][]string{
+		{"x", "y", "x", "z"},                // no list anywhere
+		{"a", "x", "b", "a", "p", "y", "b"}, // lists, logs, neither
+		{"p", "a", "a", "a", "a"},
+	} {
+		t.Run(strings.Join(order, ""), func(t *testing.T) {
+			mc := ratelimit.NewManualClock(start)
+			prefix := testPrefix(t)
+			mem, err := ratelimit.NewSlidingLog(rate, ratelimit.WithClock(mc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lim, err := NewSlidingLog(c, rate, WithPrefix(prefix), WithClock(mc), withClockTime(60_000),
+				WithOnError(func(_ string, err error) { t.Errorf("hook: %v", err) }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ll := listLimiter{c: c, s: old, prefix: prefix, mc: mc, rate: rate}
+			// a and b: lists the previous version wrote (b with a booking
+			// ahead); p: a log this version wrote.
+			for _, st := range []struct {
+				key  string
+				n    int
+				book bool
+			}{{"a", 2, false}, {"b", 3, false}, {"b", 2, true}, {"p", 1, false}} {
+				mc.Advance(time.Second)
+				var want bool
+				var got bool
+				if st.book {
+					res, _ := mem.Reserve(ctx, st.key, st.n)
+					got, _ = ll.step(t, st.key, st.n, -1)
+					want = res.OK()
+				} else {
+					d, _ := mem.AllowN(ctx, st.key, st.n)
+					want = d.Allowed
+					if st.key == "p" {
+						d, err := lim.AllowN(ctx, st.key, st.n)
+						got = err == nil && d.Allowed
+					} else {
+						got, _ = ll.step(t, st.key, st.n, 0)
+					}
+				}
+				if got != want || !want {
+					t.Fatalf("setting up %q: %v, in memory %v", st.key, got, want)
+				}
+			}
+			mc.Advance(time.Second)
+			bt := batcherOf(t, lim)
+			hold(bt)
+			got := make([]ratelimit.Decision, len(order))
+			errs := make([]error, len(order))
+			var wg sync.WaitGroup
+			for i, k := range order {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					got[i], errs[i] = lim.AllowN(ctx, k, 1)
+				}()
+				waitQueued(bt, i+1)
+			}
+			multi := bt.multi.Load()
+			release(bt)
+			wg.Wait()
+			waitIdle(bt)
+			if bt.multi.Load()-multi != int64(len(order)) {
+				t.Fatalf("%d decisions went in batches, want %d", bt.multi.Load()-multi, len(order))
+			}
+			for i, k := range order {
+				want, _ := mem.AllowN(ctx, k, 1)
+				if errs[i] != nil || got[i] != want {
+					t.Errorf("decision %d (%s) = %+v %v, in memory %+v", i, k, got[i], errs[i], want)
+				}
+			}
+		})
+	}
+}
