@@ -213,9 +213,13 @@ end
 -- one MGET (which reads a key of another type as missing): the values get
 -- would read first. The missing ones are cached as missing only if none
 -- of them exists (one EXISTS for all); otherwise get reads each of them
--- itself, telling a key of another type.
+-- itself, telling a key of another type. also, if given, maps a key to
+-- other keys of its call that the script reads only when the key is
+-- missing (the sliding log's previous keys, see slImport): they join the
+-- EXISTS, and the missing keys are then cached with nl set (none of those
+-- exists either).
 -- (In slices of 1,000 keys: unpack has a bound.)
-local function prefetch(keys)
+local function prefetch(keys, also)
   local miss, found = {}, 0
   for s = 1, #keys, 1000 do
     local e = math.min(s + 999, #keys)
@@ -225,11 +229,19 @@ local function prefetch(keys)
       if v then C[keys[j]] = {v = v} else miss[#miss + 1] = keys[j] end
     end
   end
-  for s = 1, #miss, 1000 do
-    found = found + redis.call('EXISTS', unpack(miss, s, math.min(s + 999, #miss)))
+  local ex = miss
+  if also then
+    ex = {}
+    for j = 1, #miss do
+      ex[#ex + 1] = miss[j]
+      for _, k in ipairs(also[miss[j]]) do ex[#ex + 1] = k end
+    end
+  end
+  for s = 1, #ex, 1000 do
+    found = found + redis.call('EXISTS', unpack(ex, s, math.min(s + 999, #ex)))
   end
   if found == 0 then
-    for j = 1, #miss do C[miss[j]] = {v = false} end
+    for j = 1, #miss do C[miss[j]] = {v = false, nl = also ~= nil} end
   end
 end
 
@@ -248,8 +260,10 @@ end
 -- decision arrives to the microsecond: events at one instant cannot all
 -- depart at once). fetch, if not 0, is
 -- the position among each call's keys of a string key the call reads by
--- get: batch then reads all of them at its start (see prefetch).
-local function batch(one, keys, argv, each, fetch)
+-- get: batch then reads all of them at its start (see prefetch); also, if
+-- not nil, the positions of the keys the call reads only when that key is
+-- missing (see prefetch).
+local function batch(one, keys, argv, each, fetch, also)
   local kpc, nb = tonumber(argv[2]), tonumber(argv[3])
   local blocks, i = {}, 4
   for b = 1, nb do
@@ -265,9 +279,17 @@ local function batch(one, keys, argv, each, fetch)
   if fetch == 1 and kpc == 1 then
     prefetch(keys)
   elseif fetch > 0 then
-    local fk = {}
-    for j = fetch, #keys, kpc do fk[#fk + 1] = keys[j] end
-    prefetch(fk)
+    local fk, ak = {}, nil
+    if also then ak = {} end
+    for j = fetch, #keys, kpc do
+      fk[#fk + 1] = keys[j]
+      if also then
+        local a = {}
+        for x = 1, #also do a[x] = keys[j - fetch + also[x]] end
+        ak[keys[j]] = a
+      end
+    end
+    prefetch(fk, ak)
   end
   while i + 4 <= #argv do
     local a = blocks[tonumber(argv[i])]
@@ -361,11 +383,19 @@ type script struct {
 	defs, body string
 	timeEach   bool // a batch reads TIME for each decision (see batch)
 	fetch      int  // if not 0, the position (from 1) of a string key a call reads by get: a batch prefetches them
+	// also, if not empty, is a Lua list of the positions of keys a call
+	// reads only when its fetch key is missing: a batch checks them with
+	// the missing fetch keys (see prefetch).
+	also string
 }
 
 // batchCall is the Lua call of batch for the script's function one.
 func (s script) batchCall(keys, argv string) string {
-	return "batch(one, " + keys + ", " + argv + ", " + strconv.FormatBool(s.timeEach) + ", " + strconv.Itoa(s.fetch) + ")"
+	also := s.also
+	if also == "" {
+		also = "nil"
+	}
+	return "batch(one, " + keys + ", " + argv + ", " + strconv.FormatBool(s.timeEach) + ", " + strconv.Itoa(s.fetch) + ", " + also + ")"
 }
 
 // evalSource returns the script as EVAL runs it.

@@ -103,7 +103,7 @@ func slidingLogParams(rate ratelimit.Rate) error {
 // to now. Its replies are the fixed window's; the cancel token is the
 // booked instant. More than L entries are what a lower limit leaves (see
 // SetRate).
-var slScript = script{name: "sl", fetch: 3, defs: "\nlocal W, L, hz -- the call's window, limit and booking horizon\n" + slFormat + slImport + `
+var slScript = script{name: "sl", fetch: 3, also: "{1, 2}", defs: "\nlocal W, L, hz -- the call's window, limit and booking horizon\n" + slFormat + slImport + `
 local n0, status, wr, wdel, existed, imported
 -- after returns the index of the oldest instant later than t; N if none.
 local function after(t)
