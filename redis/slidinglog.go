@@ -13,14 +13,27 @@ import (
 // Redis, prefix and parameters. Its decisions, Reserve and Cancel are those
 // of ratelimit.SlidingLog (see there), to the nanosecond.
 //
-// Each key has two Redis keys in one hash slot: a list of the instants of
-// its logged events, oldest first, as decimal Unix nanoseconds (one entry
-// per event: memory O(L) per key, about 20 bytes an event), and the
-// instant before which nothing conforms (the newest instant dropped from
-// the log plus W). A decision reads the first 32 entries of the list at
-// once (all of a short log), and O(log L) more of a long one; the log
-// expires at most 2 ms after the key is at rest (every instant has left
-// the window), the floor, written only when it moves, once it has passed.
+// Each key's log is one Redis string (suffix ":slp"): a 17-byte header
+// (a format tag, a base second, and the instant before which nothing
+// conforms: the newest instant dropped from the log plus W) and 8 bytes
+// an event, oldest first, each an exact offset from the base (memory
+// O(L) per key). A decision reads the value whole and writes it whole,
+// with its expiry, in one SET, at most 2 ms after the key is at rest; in
+// a batch a key is read and written once. It finds what it needs by
+// binary search, reading O(log L) entries, but copies the whole value, so
+// its cost in Redis grows with the log: about the list's at L = 1,000,
+// about 3 ms a decision on a full log at 100,000 and 60 ms at 1,048,576
+// (see docs/redis.md, Performance). For limits above about 10,000 events
+// per window prefer SlidingWindowCounter. A value the script could not
+// have written (another type, a wrong tag or length, more than 2^20
+// entries, a base or floor out of range, a newest entry further ahead
+// than a booking goes, or an entry a decision reads that is not a whole
+// number of nanoseconds within range) is reported as corrupt and the key
+// starts afresh; entries out of order are not detected.
+//
+// A log kept by earlier versions (a list under ":sl", its floor under
+// ":slf") is imported when the key has no ":slp" value and left to expire
+// as it was: see docs/redis.md, Upgrading the sliding log.
 //
 // Limits beyond the in-memory type's: W at most 35 days, and bookings
 // (Reserve, Wait) at most 30 days ahead; a later booking is refused (the

@@ -18,7 +18,7 @@ import (
 // listScript is the sliding log's script as the previous version ran it
 // (testdata/slidinglog_list.lua): its log a list under ":sl", its floor
 // under ":slf".
-func listScript(t *testing.T) *goredis.Script {
+func listScript(t testing.TB) *goredis.Script {
 	t.Helper()
 	src, err := os.ReadFile("testdata/slidinglog_list.lua")
 	if err != nil {
@@ -43,7 +43,7 @@ type listLimiter struct {
 	rate   ratelimit.Rate
 }
 
-func (l listLimiter) step(t *testing.T, key string, n int, maxWait time.Duration) (ok bool, delay time.Duration) {
+func (l listLimiter) step(t testing.TB, key string, n int, maxWait time.Duration) (ok bool, delay time.Duration) {
 	t.Helper()
 	keys := []string{redisKey(l.prefix, key, ":sl"), redisKey(l.prefix, key, ":slf")}
 	r, err := l.s.Run(context.Background(), l.c, keys, "s", strconv.FormatInt(l.mc.Now().UnixNano(), 10), 60_000, n,
