@@ -67,8 +67,8 @@ func TestForeignValues(t *testing.T) {
 			{"entry ahead", str(packedLog(now, 0, 40*day, 40*day))}, // newer than a booking can be
 			{"floor ahead", str(packedLog(now, 70*day))},
 			{"fraction", str(packedLog(now, 0, 1, 0.5))},
-			{"fraction read", str(packedLog(now, 0, -4, -3, -2.5, -1))}, // read by the search
-			{"huge offset", str(packedLog(now, 0, -4, -3, -1<<54, -1))},
+			{"fraction read", str(packedLog(now, 0, -4.5, -3, -2.5, -1))}, // where the searches read
+			{"huge offset", str(packedLog(now, 0, -1<<54, -3, -1<<54, -1))},
 			{"truncated", str(packedLog(now, 0, 1)[:20])},
 			{"short header", str(packedLog(now, 0)[:10])},
 			{"bad tag", str("\x02" + packedLog(now, 0, 1)[1:])},

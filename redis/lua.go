@@ -213,35 +213,36 @@ end
 -- one MGET (which reads a key of another type as missing): the values get
 -- would read first. The missing ones are cached as missing only if none
 -- of them exists (one EXISTS for all); otherwise get reads each of them
--- itself, telling a key of another type. also, if given, maps a key to
--- other keys of its call that the script reads only when the key is
--- missing (the sliding log's previous keys, see slImport): they join the
--- EXISTS, and the missing keys are then cached with nl set (none of those
--- exists either).
+-- itself, telling a key of another type. also, if given, lists the
+-- positions among a call's kpc keys of keys the script reads only when
+-- the fetched key (the j-th of keys, of the call whose keys start at
+-- all[(j - 1) * kpc + 1]) is missing (the sliding log's previous keys,
+-- see slImport): they join the EXISTS, and the missing keys are then
+-- cached with nl set (none of those exists either).
 -- (In slices of 1,000 keys: unpack has a bound.)
-local function prefetch(keys, also)
+local function prefetch(keys, also, all, kpc)
   local miss, found = {}, 0
   for s = 1, #keys, 1000 do
     local e = math.min(s + 999, #keys)
     local vs = redis.call('MGET', unpack(keys, s, e))
     for j = s, e do
       local v = vs[j - s + 1]
-      if v then C[keys[j]] = {v = v} else miss[#miss + 1] = keys[j] end
+      if v then C[keys[j]] = {v = v} else miss[#miss + 1] = j end
     end
   end
-  local ex = miss
-  if also then
-    ex = {}
-    for j = 1, #miss do
-      ex[#ex + 1] = miss[j]
-      for _, k in ipairs(also[miss[j]]) do ex[#ex + 1] = k end
+  local ex = {}
+  for x = 1, #miss do
+    local j = miss[x]
+    ex[#ex + 1] = keys[j]
+    if also then
+      for y = 1, #also do ex[#ex + 1] = all[(j - 1) * kpc + also[y]] end
     end
   end
   for s = 1, #ex, 1000 do
     found = found + redis.call('EXISTS', unpack(ex, s, math.min(s + 999, #ex)))
   end
   if found == 0 then
-    for j = 1, #miss do C[miss[j]] = {v = false, nl = also ~= nil} end
+    for x = 1, #miss do C[keys[miss[x]]] = {v = false, nl = also ~= nil} end
   end
 end
 
@@ -279,17 +280,9 @@ local function batch(one, keys, argv, each, fetch, also)
   if fetch == 1 and kpc == 1 then
     prefetch(keys)
   elseif fetch > 0 then
-    local fk, ak = {}, nil
-    if also then ak = {} end
-    for j = fetch, #keys, kpc do
-      fk[#fk + 1] = keys[j]
-      if also then
-        local a = {}
-        for x = 1, #also do a[x] = keys[j - fetch + also[x]] end
-        ak[keys[j]] = a
-      end
-    end
-    prefetch(fk, ak)
+    local fk = {}
+    for j = fetch, #keys, kpc do fk[#fk + 1] = keys[j] end
+    prefetch(fk, also, keys, kpc)
   end
   while i + 4 <= #argv do
     local a = blocks[tonumber(argv[i])]

@@ -127,9 +127,26 @@ local function after(t)
   end
   return lo
 end
+-- gone returns after(-W), the number of instants that have left the
+-- window, searching from the oldest end with steps that double: those
+-- are usually few, and this reads about 2 log2 of their number entries.
+local function gone()
+  local t = -W
+  if N == 0 or at(0) > t then return 0 end
+  local lo, step = 1, 1 -- at(i) <= t for every i < lo
+  while lo + step - 1 < N and at(lo + step - 1) <= t do
+    lo, step = lo + step, step * 2
+  end
+  local hi = math.min(lo + step - 1, N) -- at(hi) > t, or hi == N
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if at(mid) <= t then lo = mid + 1 else hi = mid end
+  end
+  return lo
+end
 local function remaining(from)
   if from > 0 then return 0 end
-  return math.max(L - (N - after(-W)), 0) -- none over a limit lowered since
+  return math.max(L - (N - gone()), 0) -- none over a limit lowered since
 end
 local function reset()
   local t = floor
@@ -243,7 +260,7 @@ local function decide()
   if act > maxwait then
     return reply(status, 0, remaining(from), 0, act, reset())
   end
-  drop(after(-W))
+  drop(gone())
   if N + n - L > 0 then drop(N + n - L) end
   append(act, n)
   newest = act
