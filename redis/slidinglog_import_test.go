@@ -289,3 +289,101 @@ func TestSlidingLogImportBatched(t *testing.T) {
 		})
 	}
 }
+
+// TestSlidingLogFloorOnly: a log whose entries are all given back keeps
+// its floor in its value's header, and the value lives until the floor
+// has passed: L = 1, an event at 0 and a booking that makes room for
+// itself by dropping it (the floor: W after the dropped event), then the
+// booking cancelled. The log is empty but nothing conforms before W, as
+// in memory, and the value expires then (not at once, as an empty log
+// would).
+func TestSlidingLogFloorOnly(t *testing.T) {
+	c := newClient(t, redisAddr(t), true)
+	ctx := context.Background()
+	const w = 10 * time.Second
+	rate := ratelimit.Per(1, w)
+	mc := ratelimit.NewManualClock(start)
+	prefix := testPrefix(t)
+	mem, err := ratelimit.NewSlidingLog(rate, ratelimit.WithClock(mc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := NewSlidingLog(c, rate, WithPrefix(prefix), WithClock(mc), withClockTime(0),
+		WithOnError(func(_ string, err error) { t.Errorf("hook: %v", err) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := func(step string, n int) ratelimit.Decision {
+		t.Helper()
+		want, _ := mem.AllowN(ctx, "k", n)
+		got, err := lim.AllowN(ctx, "k", n)
+		if err != nil || got != want {
+			t.Fatalf("%s: AllowN(%d) = %+v %v, in memory %+v", step, n, got, err, want)
+		}
+		return got
+	}
+	same("t0", 1)
+	mc.Advance(time.Second)
+	want, _ := mem.Reserve(ctx, "k", 1)
+	got, err := lim.Reserve(ctx, "k", 1)
+	if err != nil || !got.OK() || got.Delay() != want.Delay() || got.Delay() != w-time.Second {
+		t.Fatalf("Reserve = %v %v %v, in memory %v %v", got.OK(), got.Delay(), err, want.OK(), want.Delay())
+	}
+	want.Cancel()
+	got.Cancel()
+	k := redisKey(prefix, "k", ":slp")
+	v, err := c.Get(ctx, k).Result()
+	if err != nil || len(v) != 17 {
+		t.Fatalf("after the cancel the log is %d bytes (%v), want its header alone", len(v), err)
+	}
+	if pttl := c.PTTL(ctx, k).Val(); pttl < w-time.Second-time.Second || pttl > w-time.Second+2*time.Millisecond {
+		t.Errorf("the header alone expires in %v, want about %v (when the floor passes)", pttl, w-time.Second)
+	}
+	mc.Advance(time.Second)
+	if d := same("t2", 1); d.Allowed || d.RetryAfter != w-2*time.Second {
+		t.Errorf("at 2 s: %+v, want refused until the floor, %v", d, w-2*time.Second)
+	}
+	mc.Advance(w - 2*time.Second)
+	if d := same("at the floor", 1); !d.Allowed {
+		t.Errorf("at the floor: %+v, want allowed", d)
+	}
+}
+
+// TestSlidingLogAncientValue: a value based more than 208 days ago (which
+// no expiring key reaches: a clock moved on, a key restored without its
+// TTL) holds nothing that can still count. It is read as an empty log, not
+// reported as corrupt, and deleted by a peek, or replaced by a step.
+func TestSlidingLogAncientValue(t *testing.T) {
+	c := newClient(t, redisAddr(t), true)
+	ctx := context.Background()
+	rate := ratelimit.Per(2, time.Minute)
+	const day = 24 * float64(time.Hour)
+	for _, n := range []int{0, 1} {
+		mc := ratelimit.NewManualClock(start)
+		prefix := testPrefix(t)
+		lim, err := NewSlidingLog(c, rate, WithPrefix(prefix), WithClock(mc), withClockTime(60_000),
+			WithOnError(func(_ string, err error) { t.Errorf("hook: %v", err) }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh, err := NewSlidingLog(c, rate, WithPrefix(prefix+"fresh:"), WithClock(mc), withClockTime(60_000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Two events and a floor, all within 104 days of a base 250 days
+		// ago: the log was full then.
+		k := redisKey(prefix, "k", ":slp")
+		c.Set(ctx, k, packedLog(start.UnixNano()-int64(250*day), 2*day, day, day), 0)
+		got, err := lim.AllowN(ctx, "k", n)
+		want, _ := fresh.AllowN(ctx, "k", n)
+		if err != nil || got != want {
+			t.Errorf("AllowN(%d) = %+v %v, want a new key's %+v", n, got, err, want)
+		}
+		if pttl := c.PTTL(ctx, k).Val(); pttl == -1 {
+			t.Errorf("n=%d: the key is left without a TTL", n)
+		}
+		if ex := c.Exists(ctx, k).Val(); ex != int64(n) {
+			t.Errorf("n=%d: %d keys, want %d", n, ex, n)
+		}
+	}
+}
