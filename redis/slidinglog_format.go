@@ -16,23 +16,27 @@ package redis
 // whenever it is more than 2^51 ns (26 days) behind now or an offset to
 // write would not fit, so that a value that lives (at most W plus the
 // booking horizon after its last write) never has its base more than
-// about 92 days from now, nor an entry or floor more than 104 days from
-// its base.
+// about 92 days behind now. The base relative to now is kept as whole
+// seconds in ns (bsec, a multiple of 1e9, exact up to 2^54) and now's
+// nanoseconds apart, so that an instant near now is exact even from a
+// base up to 208 days away.
 //
-// A decision reads only the entries its binary searches touch (at), by
-// random access into the string; dropping the k oldest is a substring,
-// logging events a concatenation, and the whole value is written once, by
-// pack, with the header, the entries kept and those added in one
-// concatenation.
+// A decision reads only the entries its searches touch (at), by random
+// access into the string; dropping the k oldest is a substring, logging
+// events a concatenation, and the whole value is written once, by pack,
+// with the header, the entries kept and those added in one concatenation.
 //
 // What unpacked and at detect as not written by the script (corrupt): a
 // value of another type; a length that is not the header plus 8 bytes an
 // entry; a wrong tag; more than 2^20 entries; a base more than 9e6 s (104
-// days) from now or not whole; a floor that is not an integer below 2^53
-// or lies further ahead than a booking goes plus the longest window (plus
-// SKEW); a newest entry further ahead than a booking goes (plus SKEW); and
-// any entry the decision reads that is not an integer below 2^53. Entries
-// out of order are not detected (checking them would read every entry).
+// days) ahead of now or not whole; a floor that is not an integer below
+// 2^53 or lies further ahead than a booking goes plus the longest window
+// (plus SKEW); a newest entry further ahead than a booking goes (plus
+// SKEW); and any entry the decision reads that is not an integer below
+// 2^53. Entries out of order are not detected (checking them would read
+// every entry). A base more than 208 days behind now leaves nothing that
+// counts (every offset is below 2^53 ns, 104 days): the log is read as
+// empty and the value deleted or replaced.
 const slFormat = `
 local TAG, HDR = 1, 17
 local EMPTY = '\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0' -- HDR zero bytes
