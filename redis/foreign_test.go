@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,6 +49,7 @@ func TestForeignValues(t *testing.T) {
 		values   []value
 	}
 	rate := ratelimit.Per(5, time.Minute)
+	long := ratelimit.Per(slPackedMax+1, time.Minute)
 	algos := []algo{
 		{"TokenBucket", func(p string, o ...Option) (ratelimit.Limiter, error) {
 			return NewTokenBucket(c, rate, 5, append(o, WithPrefix(p))...)
@@ -85,6 +87,27 @@ func TestForeignValues(t *testing.T) {
 			{"text entry", func(k string) error { return c.RPush(ctx, k, "x").Err() }},
 			{"string", str("x")},
 		}},
+		// Above slPackedMax the log is a list: what the list format
+		// detects, in its own keys and in a string log to convert.
+		{"SlidingLog/list/long", func(p string, o ...Option) (ratelimit.Limiter, error) {
+			return NewSlidingLog(c, long, append(o, WithPrefix(p))...)
+		}, []string{":sl", ":slf", ":slp"}, []value{
+			{"far entry", func(k string) error { return c.RPush(ctx, k, far, far, far, far, far).Err() }},
+			{"text entry", func(k string) error { return c.RPush(ctx, k, "1", "x", "2").Err() }},
+			{"string", str("x")},
+		}},
+		{"SlidingLog/long", func(p string, o ...Option) (ratelimit.Limiter, error) {
+			return NewSlidingLog(c, long, append(o, WithPrefix(p))...)
+		}, []string{":slp", ":sl", ":slf"}, []value{
+			{"entry ahead", str(packedLog(now, 0, 40*day, 40*day))},
+			{"floor ahead", str(packedLog(now, 70*day))},
+			{"fraction", str(packedLog(now, 0, -4.5, -3, -2, -1))}, // read only to convert
+			{"huge offset", str(packedLog(now, 0, -3, -1<<54, -1))},
+			{"truncated", str(packedLog(now, 0, 1)[:20])},
+			{"bad tag", str("\x02" + packedLog(now, 0, 1)[1:])},
+			{"text", str("x")},
+			{"list", list},
+		}},
 	}
 	for _, a := range algos {
 		for _, v := range a.values {
@@ -112,7 +135,7 @@ func TestForeignValues(t *testing.T) {
 					if err := v.set(redisKey(prefix, "k", a.suffixes[0])); err != nil {
 						t.Fatal(err)
 					}
-					if a.name == "SlidingLog/list" && v.name == "far entry" {
+					if strings.HasPrefix(a.name, "SlidingLog/list") && v.name == "far entry" {
 						c.Set(ctx, redisKey(prefix, "k", ":slf"), far, 0)
 					}
 					n := 1

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
@@ -13,30 +14,40 @@ import (
 // Redis, prefix and parameters. Its decisions, Reserve and Cancel are those
 // of ratelimit.SlidingLog (see there), to the nanosecond.
 //
-// Each key's log is one Redis string (suffix ":slp"): a 17-byte header and
-// 8 bytes an event (memory O(L) per key). A decision reads it whole and
-// writes it whole with its expiry in one SET (once per batch for a key a
-// batch touches several times); the key expires at most 2 ms after it is
-// at rest. A decision reads O(log L) entries but copies the whole value,
-// so a long log costs Redis more than the list earlier versions kept: on
-// a full log about as much at L = 1,000, 4 times as much at 10,000
-// (0.4 ms a decision), 30 times at 100,000 (3.7 ms) and 460 times at
-// 1,048,576 (64 ms), during which Redis serves nothing else. For limits
-// above a few thousand events per window prefer SlidingWindowCounter.
+// A key's log takes one of two forms, chosen by each decision from the
+// limit L it runs under (the limiter's, or the key's override's). Up to
+// 2,048 events it is one Redis string (suffix ":slp"): a 17-byte header
+// and 8 bytes an event, read whole and written whole with its expiry in
+// one SET (once per batch for a key a batch touches several times), so
+// that a decision costs what the other algorithms' do. Above 2,048 it is
+// the list earlier versions kept (":sl", decimal Unix ns, with its floor
+// under ":slf"), of which a decision reads O(log L) entries and writes
+// only what changes: a string copied whole would cost Redis 0.4 ms a
+// decision on a full log at 10,000 events and 64 ms at 1,048,576, during
+// which Redis serves nothing else; the list costs about 0.1 ms at any
+// length. Memory is O(L) per key either way, and every key expires at
+// most 2 ms after it is at rest.
+//
+// When SetRate or an override moves a key's limit across 2,048, the
+// key's next decision converts its log into the other form (the same
+// instants, the same floor) and deletes the old form's keys in the same
+// script call. A key that holds both forms (as earlier versions running
+// beside this one can leave it) is decided on the form its limit chooses,
+// and the other is left alone. See docs/redis.md, The sliding log's value
+// and Upgrading the sliding log.
 //
 // A value the script could not have written is reported as corrupt
-// (ErrCorruptState) and the key starts afresh: a value of another type, a
-// wrong tag or length, more than 2^20 entries, a base more than 104 days
-// ahead or not a whole second, a floor or newest entry further ahead than
-// a booking goes (plus the longest window for the floor, and a day), and
-// an entry a decision reads that is not a whole number of nanoseconds
-// below 2^53 in magnitude. Entries a decision does not read, and entries
-// out of order, are not checked (see docs/redis.md, The sliding log's
-// value).
-//
-// A log kept by earlier versions (a list under ":sl", its floor under
-// ":slf") is imported when the key has no ":slp" value and left to expire
-// as it was: see docs/redis.md, Upgrading the sliding log.
+// (ErrCorruptState) and the key starts afresh. In the string: a value of
+// another type, a wrong tag or length, more than 2^20 entries, a base
+// more than 104 days ahead or not a whole second, a floor or newest entry
+// further ahead than a booking goes (plus the longest window for the
+// floor, and a day), and an entry a decision reads (every entry, when the
+// log is converted into a list) that is not a whole number of nanoseconds
+// below 2^53 in magnitude. In the list: a key of another type, a floor
+// or any of the first 32 entries or the newest that is not a decimal
+// integer, more than 2^20 entries, and a newest entry or floor further
+// ahead than a booking goes (as for the string). Other entries, and
+// entries out of order, are not checked.
 //
 // Limits beyond the in-memory type's: W at most 35 days, and bookings
 // (Reserve, Wait) at most 30 days ahead; a later booking is refused (the
@@ -55,6 +66,15 @@ var (
 
 // maxLogLimit is the in-memory SlidingLog's bound on L.
 const maxLogLimit = 1 << 20
+
+// slPackedMax is the longest limit whose decisions keep a key's log as
+// one string (slFormat); a decision under a longer limit keeps it as a
+// list (slList). A decision copies the string whole but reads and writes
+// only a few entries of the list: on a full log the string costs Redis
+// less than the list up to about 1,000 events and more beyond (0.40 ms
+// against 0.10 ms at 10,000; see BenchmarkSlidingLogFull), and a small
+// value is what lets a batch decide many keys in one call.
+const slPackedMax = 2048
 
 // NewSlidingLog returns a sliding log on Redis of rate.N events per sliding
 // window of rate.Period, per key. It returns an error matching
@@ -112,14 +132,17 @@ func slidingLogParams(rate ratelimit.Rate) error {
 	return nil
 }
 
-// slScript mirrors the core's slParams.admit and unstep. KEYS[3] is the
-// log, one string (see slFormat); KEYS[1] and KEYS[2] are where the
-// previous version kept it, a list and a floor key, read only to import a
-// log there when KEYS[3] is missing (see slImport). Instants are relative
-// to now. Its replies are the fixed window's; the cancel token is the
-// booked instant. More than L entries are what a lower limit leaves (see
-// SetRate).
-var slScript = script{name: "sl", fetch: 3, also: "{1, 2}", defs: "\nlocal W, L, hz -- the call's window, limit and booking horizon\n" + slFormat + slImport + `
+// slScript mirrors the core's slParams.admit and unstep. A decision under
+// a limit above slPackedMax runs slList, on the list KEYS[1] and its floor
+// KEYS[2] (converting a log kept in KEYS[3] first, see tolist); the rest
+// of the script is the decision on the string KEYS[3] (see slFormat),
+// which imports a log kept in KEYS[1] and KEYS[2] when KEYS[3] is missing
+// (see slImport). Instants are relative to now. Its replies are the fixed
+// window's; the cancel token is the booked instant. More than L entries
+// are what a lower limit leaves (see SetRate).
+var slScript = script{name: "sl", fetch: 3, also: "{1, 2}", defs: "\nlocal W, L, hz -- the call's window, limit and booking horizon\n" +
+	"local T = " + strconv.Itoa(slPackedMax) + " -- the longest limit kept as a string\n" +
+	slFormat + slImport + slList + `
 local n0, status, wr, wdel, existed, imported
 -- after returns the index of the oldest instant later than t; N if none.
 local function after(t)
@@ -277,6 +300,7 @@ local function decide()
 end
 `, body: `
 W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+if L > T then return list() end
 n0 = n
 local o0 = O
 if not load() then

@@ -136,29 +136,28 @@ local function pack()
 end
 `
 
-// slImport reads a log the previous version of the sliding log kept: a
-// list of decimal Unix nanoseconds, oldest first, under the suffix ":sl",
-// and its floor, a string of decimal Unix nanoseconds, under ":slf".
+// slImport reads a log kept in the list format (see slList): a list of
+// decimal Unix nanoseconds, oldest first, under the suffix ":sl", and its
+// floor, a string of decimal Unix nanoseconds, under ":slf".
 // import(lk, fk, pk) is called when the log pk is missing: it reports
 // (ok, found). If lk and fk are missing (checked once per key in a batch)
-// it leaves the log empty; if they hold what the previous version could
+// it leaves the log empty; if they hold what the list format's code could
 // have written (its own checks: a list of at most 2^20 decimal integers,
 // the newest no further ahead than a booking goes, a decimal floor no
-// further ahead than a booking plus the longest window) the log is theirs;
-// otherwise they are corrupt: deleted, as the previous version did, and
-// ok is false. They are left as they are otherwise, to expire as that
-// version set them to: an instance of it still running keeps its log
-// there, and this one reads it again whenever its own log is missing.
+// further ahead than a booking plus the longest window) the log is
+// theirs; otherwise they are corrupt, and ok is false. Either way lk and
+// fk are deleted: the log lives on in one format only.
 const slImport = `
 local function import(lk, fk, pk)
   local e = C and C[pk]
   if e and e.nl then return true, false end
-  if redis.call('EXISTS', lk, fk) == 0 then
+  local fv, fwrong = get(fk)
+  if not fv and not fwrong and redis.call('EXISTS', lk) == 0 then
     if e then e.nl = true end
     return true, false
   end
   local l = redis.pcall('LRANGE', lk, 0, -1)
-  local ok = l.err == nil and #l <= 1048576
+  local ok = l.err == nil and #l <= 1048576 and not fwrong
   local parts = {}
   if ok then
     for i = 1, #l do
@@ -168,23 +167,284 @@ local function import(lk, fk, pk)
   end
   if ok and #l > 0 and parts[#l] > hz + SKEW then ok = false end
   local f = NONE
-  if ok then
-    local fv = redis.pcall('GET', fk)
-    if type(fv) == 'table' then
-      ok = false
-    elseif fv then
-      if string.match(fv, '^%-?%d+$') then f = rel(fv) else ok = false end
-      if f > hz + MAXW + SKEW then ok = false end
-    end
+  if ok and fv then
+    if string.match(fv, '^%-?%d+$') then f = rel(fv) else ok = false end
+    if ok and f > hz + MAXW + SKEW then ok = false end
   end
-  if not ok then
-    redis.call('DEL', lk, fk)
-    return false, false
-  end
+  redis.call('DEL', lk)
+  del(fk)
+  if not ok then return false, false end
   N, floor = #l, f
   if N > 0 then newest = parts[N] end
   for i = 1, N do parts[i] = struct.pack('<d', off(parts[i])) end
   E = EMPTY .. table.concat(parts)
   return true, true
+end
+
+-- tolist(lk, fk, pk) is import's converse, called by a decision in the
+-- list format before it reads the list: if the key has no list lk and no
+-- floor fk but a log pk in the string format, it writes that log's
+-- instants and floor as the list format keeps them, expiring as that
+-- format sets them to, and deletes pk. It reports false if pk is corrupt
+-- (by unpacked's and at's checks, every entry read); pk is deleted then
+-- too.
+local function tolist(lk, fk, pk)
+  local v, wrong = get(pk)
+  if not v and not wrong then return true end
+  if redis.call('EXISTS', lk) == 1 then return true end
+  local fv, fwrong = get(fk)
+  if fv or fwrong then return true end
+  del(pk)
+  if wrong then return false end
+  local ok, stale = unpacked(v)
+  if not ok then return false end
+  if stale then return true end
+  local parts = {}
+  for i = 0, N - 1 do parts[i + 1] = at(i) end
+  if bad then return false end
+  local r = floor
+  if N > 0 then r = math.max(r, newest + W) end
+  if r <= 0 then return true end -- nothing in it counts any more
+  for i = 1, N do parts[i] = abs(parts[i]) end
+  for s = 1, N, 1000 do
+    redis.call('RPUSH', lk, unpack(parts, s, math.min(s + 999, N)))
+  end
+  if N > 0 then expire(lk, r) end
+  if floor > 0 then put_until(fk, abs(floor), floor) end
+  return true
+end
+`
+
+// slList is the sliding log's decision in the list format, for limits
+// above slPackedMax: the log a list of decimal Unix ns under ":sl"
+// (KEYS[1]), its floor under ":slf" (KEYS[2]), exactly as versions before
+// the string format kept them and decided on them
+// (testdata/slidinglog_list.lua, which the tests run as those versions
+// did), but for its first step: a key with neither of those and a log in
+// the string format (KEYS[3]) has that log moved into the list first (see
+// tolist). A decision reads O(log L) entries of the list, the first 32 in
+// one LRANGE, and writes only what changes.
+const slList = `
+local function list()
+  local fkey, N, floor, floor0, newest, head, hoff, hv
+  local NONE = -2 * FAR -- no floor yet
+  local MAXLOG, MAXW = 1048576, 35 * 86400 * E9 -- the most L and W may be
+  local HEAD = 32 -- entries read at once from the start of the log
+  -- hat returns the instant of the j-th entry read (0 the first), converted
+  -- when first asked for (hv holds those converted).
+  local function hat(j)
+    local v = hv[j + 1]
+    if not v then
+      v = rel(head[j + 1])
+      hv[j + 1] = v
+    end
+    return v
+  end
+  -- at returns the log's i-th instant (0 the oldest), from the entries read
+  -- at the start of the call where it can.
+  local function at(i)
+    local j = i + hoff
+    if j < #head then return hat(j) end
+    return rel(redis.call('LINDEX', key, i))
+  end
+  -- after returns the index of the oldest instant later than t; N if none.
+  local function after(t)
+    local lo, hi = 0, N
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      if at(mid) <= t then lo = mid + 1 else hi = mid end
+    end
+    return lo
+  end
+  local function remaining(from)
+    if from > 0 then return 0 end
+    return math.max(L - (N - after(-W)), 0) -- none over a limit lowered since
+  end
+  local function reset()
+    local t = floor
+    if N > 0 then t = math.max(t, newest + W) end
+    if t <= 0 then return 0 end
+    return t
+  end
+  -- store sets the log to expire when it is at rest, or deletes both keys
+  -- then; the floor is written only when it moved, to expire once passed
+  -- (a floor in the past counts for nothing).
+  local function store()
+    local r = reset()
+    if r == 0 then
+      redis.call('DEL', key); del(fkey)
+      N, head, hoff, newest = 0, {}, 0, NONE -- as empty: nothing left counts
+      return
+    end
+    if N > 0 then expire(key, r) end
+    if floor > floor0 and floor > 0 then put_until(fkey, abs(floor), floor) end
+  end
+  -- drop removes the k oldest instants and raises floor to when the newest
+  -- of them leaves the window.
+  local function drop(k)
+    if k == 0 then return end
+    floor = math.max(floor, at(k - 1) + W)
+    redis.call('LTRIM', key, k, -1)
+    N = N - k
+    hoff = hoff + k
+  end
+  -- load reads the start of the log (all of it, if short), its length and
+  -- newest instant, and the floor; it reports false if they are not what
+  -- the script writes: of another type, more than L instants, text, or
+  -- further ahead than a booking goes.
+  local function load()
+    head, hoff, hv = redis.pcall('LRANGE', key, 0, HEAD - 1), 0, {}
+    if head.err then return false end
+    for i = 1, #head do
+      if not string.match(head[i], '^%-?%d+$') then return false end
+    end
+    N = #head
+    if N == HEAD then N = redis.call('LLEN', key) end
+    if N > MAXLOG then return false end
+    newest = NONE
+    if N > 0 then
+      if N <= HEAD then
+        newest = hat(N - 1)
+      else
+        local e = redis.call('LINDEX', key, -1)
+        if not string.match(e, '^%-?%d+$') then return false end
+        newest = rel(e)
+      end
+      if newest > hz + SKEW then return false end
+    end
+    local fv, wrong = get(fkey)
+    if wrong then return false end
+    floor = NONE
+    if fv then
+      if not string.match(fv, '^%-?%d+$') then return false end
+      floor = rel(fv)
+      if floor > hz + MAXW + SKEW then return false end
+    end
+    floor0 = floor
+    return true
+  end
+  fkey = KEYS[2]
+  local corrupt = not tolist(key, fkey, KEYS[3])
+  if C and C[KEYS[3]] then C[KEYS[3]].nl = nil end -- the list may be written
+  if not load() then
+    redis.call('DEL', key); del(fkey)
+    corrupt, N, head, hoff, newest, floor, floor0 = true, 0, {}, 0, NONE, NONE, NONE
+  end
+  local status = 0
+  if corrupt then status = 2 end
+
+  -- A settlement of the booking at ARGV[5] (see limiter.settle): 'g'
+  -- removes up to n of its instants from the log, at any time; 'd' logs n
+  -- more instants at its time to act, in order, keeping the newest L (those
+  -- dropped raise the floor, as for a booking). Either then replies as a
+  -- peek.
+  -- lrem removes up to n instants equal to ARGV[5] and says how many: it
+  -- scans from the log's older end when the instant is among the first read
+  -- (bookings settled in the order they were made, as requests finish), else
+  -- from the newer end, so that neither order costs the whole log a call.
+  -- The copies are equal: which are removed changes nothing.
+  local function lrem(n)
+    if #head > hoff and rel(ARGV[5]) <= hat(#head - 1) then
+      return redis.call('LREM', key, n, ARGV[5])
+    end
+    return redis.call('LREM', key, -n, ARGV[5])
+  end
+
+  if op == 'g' then
+    if N > 0 then
+      local m = lrem(n)
+      if m > 0 then
+        N, head, hoff = N - m, {}, 0
+        newest = NONE
+        if N > 0 then newest = at(N - 1) end
+        store()
+      end
+    end
+    n = 0
+  elseif op == 'd' then
+    local t = rel(ARGV[5])
+    local m = math.min(n, L)
+    if n > L then floor = math.max(floor, t + W) end
+    local i = after(t) -- the new instants go before the first later than t
+    local over = N + m - L
+    if over > 0 then
+      local d = math.min(over, i)
+      drop(d)
+      i = i - d
+      if over - d > 0 then -- the oldest of the merged log are copies of t
+        m = m - (over - d)
+        floor = math.max(floor, t + W)
+      end
+    end
+    if m > 0 then
+      local later = {}
+      if i < N then
+        later = redis.call('LRANGE', key, i, -1)
+        if i == 0 then redis.call('DEL', key) else redis.call('LTRIM', key, 0, i - 1) end
+      end
+      local vals = {}
+      for j = 1, math.min(m, 1000) do vals[j] = ARGV[5] end
+      local left = m
+      while left > 0 do
+        local k = math.min(left, 1000)
+        redis.call('RPUSH', key, unpack(vals, 1, k))
+        left = left - k
+      end
+      for j = 1, #later, 1000 do
+        redis.call('RPUSH', key, unpack(later, j, math.min(j + 999, #later)))
+      end
+      if i == N then newest = t end
+      N, head, hoff = N + m, {}, 0
+    end
+    store()
+    n = 0
+  end
+
+  if op == 'u' then
+    if corrupt then return 2 end
+    local act = rel(ARGV[5])
+    if act < 0 or N == 0 then return 0 end
+    local m = lrem(n)
+    if m == 0 then return 0 end
+    N, head, hoff = N - m, {}, 0
+    newest = NONE
+    if N > 0 then newest = at(N - 1) end
+    store()
+    return 1
+  end
+
+  local from = math.max(0, floor, newest)
+  if n == 0 then
+    if op == 'r' then return reply(status + 1, 1, remaining(from), 0, 0, reset(), abs(0)) end
+    return reply(status + 1, 1, remaining(from), 0, 0, reset())
+  end
+  local act = from
+  local j = N - (L - n) - 1
+  if j >= 0 then act = math.max(act, at(j) + W) end
+  local maxwait = tonumber(ARGV[5])
+  if maxwait < 0 or maxwait > hz then maxwait = hz end
+  if act > maxwait then
+    return reply(status, 0, remaining(from), 0, act, reset())
+  end
+  drop(after(-W))
+  if N + n - L > 0 then drop(N + n - L) end
+  local a = abs(act)
+  local vals = {}
+  for i = 1, math.min(n, 1000) do vals[i] = a end
+  local left = n
+  while left > 0 do
+    local k = math.min(left, 1000)
+    redis.call('RPUSH', key, unpack(vals, 1, k))
+    left = left - k
+  end
+  N = N + n
+  newest = act
+  store()
+  local allowed, rem = 0, 0
+  if act == 0 then allowed, rem = 1, L - N end
+  if op == 'r' then
+    return reply(status + 1, allowed, rem, 0, act, act + W, a)
+  end
+  return reply(status + 1, allowed, rem, 0, act, act + W)
 end
 `
