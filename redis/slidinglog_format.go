@@ -151,11 +151,19 @@ const slImport = `
 local function import(lk, fk, pk)
   local e = C and C[pk]
   if e and e.nl then return true, false end
-  local fv, fwrong = get(fk)
-  if not fv and not fwrong and redis.call('EXISTS', lk) == 0 then
+  -- A floor this batch has read or written is the cache's; otherwise one
+  -- EXISTS checks both keys.
+  local none
+  if C and C[fk] then
+    none = not get(fk) and redis.call('EXISTS', lk) == 0
+  else
+    none = redis.call('EXISTS', lk, fk) == 0
+  end
+  if none then
     if e then e.nl = true end
     return true, false
   end
+  local fv, fwrong = get(fk)
   local l = redis.pcall('LRANGE', lk, 0, -1)
   local ok = l.err == nil and #l <= 1048576 and not fwrong
   local parts = {}
