@@ -42,8 +42,9 @@
 // writing); the tests run against Redis 7.
 //
 // A decision is four commands in Redis (the call, TIME, GET, SET), the
-// sliding log's too (its log is one string, which a decision copies whole:
-// see SlidingLog for what that costs a long log). Redis runs
+// sliding log's too for limits up to 2,048 events (its log is one string);
+// above that its log is a list, and a decision runs a few commands more
+// (see SlidingLog). Redis runs
 // scripts one at a time, so the decisions one key can get per second are
 // bounded by the one node that holds it, whatever the number of clients
 // or of nodes: about one per script time plus the call's own cost in
@@ -178,8 +179,8 @@
 //
 // A user key k is stored under prefix + "{" + k + "}" + a suffix naming the
 // algorithm (":tb", ":lb", ":fw", ":slp", ":swc"; ":bh" for Bulkhead; the
-// sliding log also names ":sl" and ":slf", where earlier versions kept its
-// log, see SlidingLog). The braces make
+// sliding log also names ":sl" and ":slf", its list and floor for limits
+// above 2,048, see SlidingLog). The braces make
 // k the Redis Cluster hash tag, so all the keys of one decision are in one
 // slot, and the scripts work on a cluster. A key
 // that is empty or holds '{', '}' or '\' is escaped ('\' as `\\`, '{' as
