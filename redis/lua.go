@@ -216,7 +216,7 @@ end
 -- itself, telling a key of another type. also, if given, lists the
 -- positions among a call's kpc keys of keys the script reads only when
 -- the fetched key (the j-th of keys, of the call whose keys start at
--- all[(j - 1) * kpc + 1]) is missing (the sliding log's previous keys,
+-- all[(j - 1) * kpc + 1]) is missing (the sliding log's list and floor,
 -- see slImport): they join the EXISTS, and the missing keys are then
 -- cached with nl set (none of those exists either).
 -- (In slices of 1,000 keys: unpack has a bound.)

@@ -213,7 +213,7 @@ local function unlog(t, m)
   end
   return m
 end
--- load reads the key's log, or imports one kept by the previous version
+-- load reads the key's log, or imports one kept in the list format
 -- when there is none; it reports false if what it read is corrupt.
 local function load()
   wr, wdel, imported, status = false, false, false, 0

@@ -292,3 +292,77 @@ func TestSlidingLogBothFormats(t *testing.T) {
 	}
 	unchanged("a decision on the list", "string")
 }
+
+// TestSlidingLogMixedFleetLong alternates the previous version and this
+// one at random on one key under a limit above slPackedMax, as during a
+// rolling upgrade: both decide on the same list, so together they admit
+// at most L events in any window, and each decision is the in-memory
+// SlidingLog's over the two versions' events.
+func TestSlidingLogMixedFleetLong(t *testing.T) {
+	c := newClient(t, redisAddr(t), true)
+	ctx := context.Background()
+	old := listScript(t)
+	for seed := range uint64(3) {
+		t.Run("seed="+strconv.FormatUint(seed, 10), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 13))
+			rate := ratelimit.Per(slPackedMax+1, 10*time.Second)
+			mc := ratelimit.NewManualClock(start)
+			prefix := testPrefix(t)
+			mem, err := ratelimit.NewSlidingLog(rate, ratelimit.WithClock(mc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ll := listLimiter{c: c, s: old, prefix: prefix, mc: mc, rate: rate}
+			lim, err := NewSlidingLog(c, rate, WithPrefix(prefix), WithClock(mc), withClockTime(60_000),
+				WithOnError(func(_ string, err error) { t.Errorf("hook: %v", err) }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var admitted []time.Time
+			var by [2]int
+			for i := range 300 {
+				mc.Advance(time.Duration(rng.Int64N(int64(200 * time.Millisecond))))
+				n := 1 + rng.IntN(300)
+				want, _ := mem.AllowN(ctx, "k", n)
+				var ok bool
+				side := rng.IntN(2)
+				if side == 0 {
+					ok, _ = ll.step(t, "k", n, 0)
+				} else {
+					d, err := lim.AllowN(ctx, "k", n)
+					if err != nil || d != want {
+						t.Fatalf("step %d: AllowN(%d) = %+v %v, in memory %+v", i, n, d, err, want)
+					}
+					ok = d.Allowed
+				}
+				if ok != want.Allowed {
+					t.Fatalf("step %d: version %d allowed %d: %v, in memory %v", i, side, n, ok, want.Allowed)
+				}
+				if ok {
+					by[side] += n
+					for range n {
+						admitted = append(admitted, mc.Now())
+					}
+				}
+			}
+			if by[0] == 0 || by[1] == 0 {
+				t.Fatalf("admitted by the previous version %d, by this one %d", by[0], by[1])
+			}
+			// admitted is in order: the most in any window is the most
+			// events from one admission to W later.
+			most, j := 0, 0
+			for i := range admitted {
+				for j < len(admitted) && admitted[j].Sub(admitted[i]) < rate.Period {
+					j++
+				}
+				most = max(most, j-i)
+			}
+			if most > int(rate.N) || most < int(rate.N)/2 {
+				t.Errorf("%d events admitted in one window, the limit is %d", most, rate.N)
+			}
+			if got := c.Exists(ctx, redisKey(prefix, "k", ":slp")).Val(); got != 0 {
+				t.Error("a string log exists beside the shared list")
+			}
+		})
+	}
+}
