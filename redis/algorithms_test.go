@@ -91,7 +91,8 @@ var testAlgorithms = []testAlgorithm{
 			{rate: ratelimit.Per(3, 1500*time.Millisecond)},
 			{rate: ratelimit.Per(1, 7*time.Nanosecond)},
 			{rate: ratelimit.Per(40, 24*time.Hour+1)},
-			{rate: ratelimit.Per(2500, time.Minute)}, // pushes of more than 1000 instants
+			{rate: ratelimit.Per(2500, time.Minute)},  // bookings of more than 1000 instants at once
+			{rate: ratelimit.Per(4, 35*24*time.Hour)}, // logs that live long enough to be rebased
 		},
 		hammer: params{rate: ratelimit.PerHour(25)}, hammerExact: true,
 		bench:  params{rate: ratelimit.PerSecond(1000)},

@@ -166,7 +166,7 @@ func diffTrace(t *testing.T, a testAlgorithm, p params, client *goredis.Client, 
 					if wrong == len(vals) {
 						client.RPush(ctx, rk, "x")
 						if sfx == ":sl" {
-							client.Del(ctx, rk) // a list is the log's own type
+							client.Del(ctx, rk) // a list is what earlier versions kept there
 							client.HSet(ctx, rk, "f", "v")
 						}
 					} else {

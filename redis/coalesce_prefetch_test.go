@@ -37,8 +37,8 @@ func TestBatchPrefetch(t *testing.T) {
 		{"SlidingWindowCounter", ":swc", func(p string, o ...Option) (ratelimit.Limiter, error) {
 			return NewSlidingWindowCounter(c, rate, append(o, WithPrefix(p))...)
 		}},
-		// The sliding log's string key is its second, the floor.
-		{"SlidingLog", ":slf", func(p string, o ...Option) (ratelimit.Limiter, error) {
+		// The sliding log's string key is its third, the log.
+		{"SlidingLog", ":slp", func(p string, o ...Option) (ratelimit.Limiter, error) {
 			return NewSlidingLog(c, rate, append(o, WithPrefix(p))...)
 		}},
 	}

@@ -41,9 +41,10 @@
 // Redis 3.2 or later is needed (the scripts read TIME before
 // writing); the tests run against Redis 7.
 //
-// A decision of the four O(1) algorithms is four commands in Redis (the
-// call, TIME, GET, SET); the sliding log reads the start of its list with
-// one LRANGE and writes its floor key only when it moves. Redis runs
+// A decision is four commands in Redis (the call, TIME, GET, SET), the
+// sliding log's too for limits up to 2,048 events (its log is one string);
+// above that its log is a list, and a decision runs a few commands more
+// (see SlidingLog). Redis runs
 // scripts one at a time, so the decisions one key can get per second are
 // bounded by the one node that holds it, whatever the number of clients
 // or of nodes: about one per script time plus the call's own cost in
@@ -177,10 +178,11 @@
 // # Keys and Redis Cluster
 //
 // A user key k is stored under prefix + "{" + k + "}" + a suffix naming the
-// algorithm (":tb", ":lb", ":fw", ":sl" and ":slf", ":swc"; ":bh" for
-// Bulkhead). The braces make
-// k the Redis Cluster hash tag, so all the keys of one decision (the sliding
-// log has two) are in one slot, and the scripts work on a cluster. A key
+// algorithm (":tb", ":lb", ":fw", ":slp", ":swc"; ":bh" for Bulkhead; the
+// sliding log also names ":sl" and ":slf", its list and floor for limits
+// above 2,048, see SlidingLog). The braces make
+// k the Redis Cluster hash tag, so all the keys of one decision are in one
+// slot, and the scripts work on a cluster. A key
 // that is empty or holds '{', '}' or '\' is escaped ('\' as `\\`, '{' as
 // `\(`, '}' as `\)`, the empty key as `\_`), so distinct keys never share a
 // Redis key and every tag is non-empty. Limiters with different parameters

@@ -2,8 +2,11 @@ package redis
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"math"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,6 +31,7 @@ func TestForeignValues(t *testing.T) {
 	now := start.UnixNano()
 	far := strconv.FormatInt(now+100*365*24*int64(time.Hour), 10)
 	const w = int64(time.Minute)
+	const day = 24 * float64(time.Hour)
 	aligned := strconv.FormatInt(windowStart(now, w), 10)
 	const huge = "1099511627777" // 2^40 + 1
 	type value struct {
@@ -45,6 +49,7 @@ func TestForeignValues(t *testing.T) {
 		values   []value
 	}
 	rate := ratelimit.Per(5, time.Minute)
+	long := ratelimit.Per(slPackedMax+1, time.Minute)
 	algos := []algo{
 		{"TokenBucket", func(p string, o ...Option) (ratelimit.Limiter, error) {
 			return NewTokenBucket(c, rate, 5, append(o, WithPrefix(p))...)
@@ -60,10 +65,48 @@ func TestForeignValues(t *testing.T) {
 		}, []string{":swc"}, []value{{"far", str(far + " 5 5")}, {"count", str(aligned + " 0 " + huge)}, {"list", list}}},
 		{"SlidingLog", func(p string, o ...Option) (ratelimit.Limiter, error) {
 			return NewSlidingLog(c, rate, append(o, WithPrefix(p))...)
-		}, []string{":sl", ":slf"}, []value{
+		}, []string{":slp", ":sl", ":slf"}, []value{
+			{"entry ahead", str(packedLog(now, 0, 40*day, 40*day))}, // newer than a booking can be
+			{"floor ahead", str(packedLog(now, 70*day))},
+			{"fraction", str(packedLog(now, 0, 1, 0.5))},
+			{"fraction read", str(packedLog(now, 0, -4.5, -3, -2.5, -1))}, // where the searches read
+			{"huge offset", str(packedLog(now, 0, -1<<54, -3, -1<<54, -1))},
+			{"truncated", str(packedLog(now, 0, 1)[:20])},
+			{"short header", str(packedLog(now, 0)[:10])},
+			{"bad tag", str("\x02" + packedLog(now, 0, 1)[1:])},
+			{"base ahead", str(packedLog(now+int64(110*day), 0))},
+			{"too many", str(packedLog(now, 0, make([]float64, 1<<20+1)...))},
+			{"text", str("x")},
+			{"list", list},
+		}},
+		// The log the previous version kept, read when there is none.
+		{"SlidingLog/list", func(p string, o ...Option) (ratelimit.Limiter, error) {
+			return NewSlidingLog(c, rate, append(o, WithPrefix(p))...)
+		}, []string{":sl", ":slf", ":slp"}, []value{
 			{"far entry", func(k string) error { return c.RPush(ctx, k, far, far, far, far, far).Err() }},
 			{"text entry", func(k string) error { return c.RPush(ctx, k, "x").Err() }},
 			{"string", str("x")},
+		}},
+		// Above slPackedMax the log is a list: what the list format
+		// detects, in its own keys and in a string log to convert.
+		{"SlidingLog/list/long", func(p string, o ...Option) (ratelimit.Limiter, error) {
+			return NewSlidingLog(c, long, append(o, WithPrefix(p))...)
+		}, []string{":sl", ":slf", ":slp"}, []value{
+			{"far entry", func(k string) error { return c.RPush(ctx, k, far, far, far, far, far).Err() }},
+			{"text entry", func(k string) error { return c.RPush(ctx, k, "1", "x", "2").Err() }},
+			{"string", str("x")},
+		}},
+		{"SlidingLog/long", func(p string, o ...Option) (ratelimit.Limiter, error) {
+			return NewSlidingLog(c, long, append(o, WithPrefix(p))...)
+		}, []string{":slp", ":sl", ":slf"}, []value{
+			{"entry ahead", str(packedLog(now, 0, 40*day, 40*day))},
+			{"floor ahead", str(packedLog(now, 70*day))},
+			{"fraction", str(packedLog(now, 0, -4.5, -3, -2, -1))}, // read only to convert
+			{"huge offset", str(packedLog(now, 0, -3, -1<<54, -1))},
+			{"truncated", str(packedLog(now, 0, 1)[:20])},
+			{"bad tag", str("\x02" + packedLog(now, 0, 1)[1:])},
+			{"text", str("x")},
+			{"list", list},
 		}},
 	}
 	for _, a := range algos {
@@ -86,13 +129,13 @@ func TestForeignValues(t *testing.T) {
 							t.Fatalf("Reserve: %v %v", res, err)
 						}
 					}
-					for _, sfx := range a.suffixes[:1] {
+					for _, sfx := range a.suffixes {
 						c.Del(ctx, redisKey(prefix, "k", sfx))
-						if err := v.set(redisKey(prefix, "k", sfx)); err != nil {
-							t.Fatal(err)
-						}
 					}
-					if a.name == "SlidingLog" && v.name == "far entry" {
+					if err := v.set(redisKey(prefix, "k", a.suffixes[0])); err != nil {
+						t.Fatal(err)
+					}
+					if strings.HasPrefix(a.name, "SlidingLog/list") && v.name == "far entry" {
 						c.Set(ctx, redisKey(prefix, "k", ":slf"), far, 0)
 					}
 					n := 1
@@ -131,4 +174,23 @@ func TestForeignValues(t *testing.T) {
 			}
 		}
 	}
+}
+
+// packedLog returns a sliding log's value as the script writes it (see
+// slFormat): based at the second of nowNs, with the floor and entries
+// given as nanoseconds after that instant (the floor 0 for none).
+func packedLog(nowNs int64, floor float64, entries ...float64) string {
+	base := nowNs / 1e9
+	off := float64(nowNs - base*1e9)
+	fo := -float64(1 << 62)
+	if floor != 0 {
+		fo = floor + off
+	}
+	b := []byte{1}
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(base)))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(fo))
+	for _, e := range entries {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(e+off))
+	}
+	return string(b)
 }

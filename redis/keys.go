@@ -55,6 +55,32 @@ func redisKey(prefix, key, suffix string) string {
 	return b.String()
 }
 
+// redisKeys sets keys[i] to redisKey(prefix, key, suffix[i]) for each
+// suffix: the key's part (its bounded form, for a long key) is built
+// once, and several keys share one allocation.
+func redisKeys(keys []string, prefix, key string, suffix []string) {
+	if len(suffix) == 1 {
+		keys[0] = redisKey(prefix, key, suffix[0])
+		return
+	}
+	base := redisKey(prefix, key, "")
+	n := 0
+	for _, sfx := range suffix {
+		n += len(base) + len(sfx)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, sfx := range suffix {
+		b.WriteString(base)
+		b.WriteString(sfx)
+	}
+	all, at := b.String(), 0
+	for i, sfx := range suffix {
+		keys[i] = all[at : at+len(base)+len(sfx)]
+		at += len(base) + len(sfx)
+	}
+}
+
 // secrets caches the secret derived from each prefix in use.
 var secrets sync.Map // prefix -> *keyhash.Secret
 

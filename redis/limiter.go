@@ -860,9 +860,7 @@ func (l *caller) evalIn(ctx context.Context, cb *callBuf, key string, args []any
 	} else {
 		keys = make([]string, len(l.suffix))
 	}
-	for i, sfx := range l.suffix {
-		keys[i] = redisKey(l.cfg.prefix, key, sfx)
-	}
+	redisKeys(keys, l.cfg.prefix, key, l.suffix)
 	if l.batch != nil && args[0] != "x" {
 		return l.batch.do(ctx, keys, args) // bounds it by the call timeout
 	}

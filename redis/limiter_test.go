@@ -47,6 +47,23 @@ func TestRedisKey(t *testing.T) {
 	}
 }
 
+// TestRedisKeys: the keys of one call built together are the keys built
+// one by one, for short, escaped and long keys, one suffix or several.
+func TestRedisKeys(t *testing.T) {
+	long := strings.Repeat("k{}", 40)
+	for _, k := range []string{"user:1", "", "a}b{c", `\_`, long, long + "x"} {
+		for _, sfx := range [][]string{{":tb"}, {":sl", ":slf", ":slp"}, {":sl", ":slf", ":slp", ":sl:blk"}} {
+			got := make([]string, len(sfx))
+			redisKeys(got, "p:", k, sfx)
+			for i, s := range sfx {
+				if want := redisKey("p:", k, s); got[i] != want {
+					t.Errorf("redisKeys(%q)[%d] = %q, want %q", k, i, got[i], want)
+				}
+			}
+		}
+	}
+}
+
 // newTB builds a TokenBucket on the shared Redis with a prefix of the test's.
 func newTB(t *testing.T, c Client, rate ratelimit.Rate, capacity int, opts ...Option) *TokenBucket {
 	t.Helper()

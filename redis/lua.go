@@ -213,23 +213,36 @@ end
 -- one MGET (which reads a key of another type as missing): the values get
 -- would read first. The missing ones are cached as missing only if none
 -- of them exists (one EXISTS for all); otherwise get reads each of them
--- itself, telling a key of another type.
+-- itself, telling a key of another type. also, if given, lists the
+-- positions among a call's kpc keys of keys the script reads only when
+-- the fetched key (the j-th of keys, of the call whose keys start at
+-- all[(j - 1) * kpc + 1]) is missing (the sliding log's list and floor,
+-- see slImport): they join the EXISTS, and the missing keys are then
+-- cached with nl set (none of those exists either).
 -- (In slices of 1,000 keys: unpack has a bound.)
-local function prefetch(keys)
+local function prefetch(keys, also, all, kpc)
   local miss, found = {}, 0
   for s = 1, #keys, 1000 do
     local e = math.min(s + 999, #keys)
     local vs = redis.call('MGET', unpack(keys, s, e))
     for j = s, e do
       local v = vs[j - s + 1]
-      if v then C[keys[j]] = {v = v} else miss[#miss + 1] = keys[j] end
+      if v then C[keys[j]] = {v = v} else miss[#miss + 1] = j end
     end
   end
-  for s = 1, #miss, 1000 do
-    found = found + redis.call('EXISTS', unpack(miss, s, math.min(s + 999, #miss)))
+  local ex = {}
+  for x = 1, #miss do
+    local j = miss[x]
+    ex[#ex + 1] = keys[j]
+    if also then
+      for y = 1, #also do ex[#ex + 1] = all[(j - 1) * kpc + also[y]] end
+    end
+  end
+  for s = 1, #ex, 1000 do
+    found = found + redis.call('EXISTS', unpack(ex, s, math.min(s + 999, #ex)))
   end
   if found == 0 then
-    for j = 1, #miss do C[miss[j]] = {v = false} end
+    for x = 1, #miss do C[keys[miss[x]]] = {v = false, nl = also ~= nil} end
   end
 end
 
@@ -248,8 +261,10 @@ end
 -- decision arrives to the microsecond: events at one instant cannot all
 -- depart at once). fetch, if not 0, is
 -- the position among each call's keys of a string key the call reads by
--- get: batch then reads all of them at its start (see prefetch).
-local function batch(one, keys, argv, each, fetch)
+-- get: batch then reads all of them at its start (see prefetch); also, if
+-- not nil, the positions of the keys the call reads only when that key is
+-- missing (see prefetch).
+local function batch(one, keys, argv, each, fetch, also)
   local kpc, nb = tonumber(argv[2]), tonumber(argv[3])
   local blocks, i = {}, 4
   for b = 1, nb do
@@ -267,7 +282,7 @@ local function batch(one, keys, argv, each, fetch)
   elseif fetch > 0 then
     local fk = {}
     for j = fetch, #keys, kpc do fk[#fk + 1] = keys[j] end
-    prefetch(fk)
+    prefetch(fk, also, keys, kpc)
   end
   while i + 4 <= #argv do
     local a = blocks[tonumber(argv[i])]
@@ -361,11 +376,19 @@ type script struct {
 	defs, body string
 	timeEach   bool // a batch reads TIME for each decision (see batch)
 	fetch      int  // if not 0, the position (from 1) of a string key a call reads by get: a batch prefetches them
+	// also, if not empty, is a Lua list of the positions of keys a call
+	// reads only when its fetch key is missing: a batch checks them with
+	// the missing fetch keys (see prefetch).
+	also string
 }
 
 // batchCall is the Lua call of batch for the script's function one.
 func (s script) batchCall(keys, argv string) string {
-	return "batch(one, " + keys + ", " + argv + ", " + strconv.FormatBool(s.timeEach) + ", " + strconv.Itoa(s.fetch) + ")"
+	also := s.also
+	if also == "" {
+		also = "nil"
+	}
+	return "batch(one, " + keys + ", " + argv + ", " + strconv.FormatBool(s.timeEach) + ", " + strconv.Itoa(s.fetch) + ", " + also + ")"
 }
 
 // evalSource returns the script as EVAL runs it.

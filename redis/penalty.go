@@ -52,7 +52,7 @@ func penaltyCheck(c *config) error {
 // function name, the algorithm's body as the local function algo, and a
 // body that checks and records the block state (see luaPenalty).
 func penaltyScript(s script) script {
-	return script{name: s.name + "_p", timeEach: s.timeEach, fetch: s.fetch,
+	return script{name: s.name + "_p", timeEach: s.timeEach, fetch: s.fetch, also: s.also,
 		defs: s.defs + "\nlocal function algo()\n" + s.body + "\nend\n" + luaAlgoTable,
 		body: luaPenalty}
 }
