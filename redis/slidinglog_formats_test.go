@@ -220,12 +220,12 @@ func TestSlidingLogCrossingBatched(t *testing.T) {
 				}()
 				waitQueued(bt, i+1)
 			}
-			multi := bt.multi.Load()
+			multi := bt.q.multi.Load()
 			release(bt)
 			wg.Wait()
 			waitIdle(bt)
-			if bt.multi.Load()-multi != int64(len(order)) {
-				t.Fatalf("%d decisions went in batches, want %d", bt.multi.Load()-multi, len(order))
+			if bt.q.multi.Load()-multi != int64(len(order)) {
+				t.Fatalf("%d decisions went in batches, want %d", bt.q.multi.Load()-multi, len(order))
 			}
 			for i, k := range order {
 				want, _ := mem.AllowN(ctx, k, ns[i])
