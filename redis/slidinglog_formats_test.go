@@ -366,3 +366,103 @@ func TestSlidingLogMixedFleetLong(t *testing.T) {
 		})
 	}
 }
+
+// TestSlidingLogCrossingMidBatch changes the limiter's rate across
+// slPackedMax while decisions are queued, so that one batch holds, for the
+// same keys, decisions made under the old limit and then under the new:
+// the later ones convert the log the earlier ones just wrote, inside the
+// batch (through its cache). Each decision is the in-memory SlidingLog's
+// with the same change at the same point of the sequence, and afterwards
+// each key has the new limit's format alone.
+func TestSlidingLogCrossingMidBatch(t *testing.T) {
+	c := newClient(t, redisAddr(t), true)
+	ctx := context.Background()
+	small, big := ratelimit.Per(100, time.Minute), ratelimit.Per(slPackedMax*2, time.Minute)
+	for _, dir := range []struct {
+		name     string
+		from, to ratelimit.Rate
+	}{{"string to list", small, big}, {"list to string", big, small}} {
+		for seed := range uint64(3) {
+			t.Run(dir.name+"/seed="+strconv.FormatUint(seed, 10), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(seed, 17))
+				mc := ratelimit.NewManualClock(start)
+				prefix := testPrefix(t)
+				mem, err := ratelimit.NewSlidingLog(dir.from, ratelimit.WithClock(mc))
+				if err != nil {
+					t.Fatal(err)
+				}
+				lim, err := NewSlidingLog(c, dir.from, WithPrefix(prefix), WithClock(mc), withClockTime(60_000),
+					WithOnError(func(_ string, err error) { t.Errorf("hook: %v", err) }))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ks := []string{"a", "b", "c"}
+				for _, k := range ks { // each key logged under the old limit first
+					mc.Advance(time.Second)
+					want, _ := mem.AllowN(ctx, k, 30)
+					if got, err := lim.AllowN(ctx, k, 30); err != nil || got != want {
+						t.Fatalf("setting up %q: %+v %v, in memory %+v", k, got, err, want)
+					}
+				}
+				mc.Advance(time.Second)
+				type call struct {
+					key string
+					n   int
+				}
+				before, after := make([]call, 6), make([]call, 6)
+				for i := range before {
+					before[i] = call{ks[rng.IntN(len(ks))], 1 + rng.IntN(30)}
+					after[i] = call{ks[rng.IntN(len(ks))], 1 + rng.IntN(30)}
+				}
+				rng.Shuffle(len(ks), func(i, j int) { ks[i], ks[j] = ks[j], ks[i] })
+				for i, k := range ks { // every key decided on after the change too
+					after[i].key = k
+				}
+				bt := batcherOf(t, lim)
+				hold(bt)
+				order := append(slices.Clone(before), after...)
+				got := make([]ratelimit.Decision, len(order))
+				errs := make([]error, len(order))
+				var wg sync.WaitGroup
+				for i, cl := range order {
+					if i == len(before) {
+						if err := lim.SetRate(dir.to); err != nil {
+							t.Fatal(err)
+						}
+					}
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						got[i], errs[i] = lim.AllowN(ctx, cl.key, cl.n)
+					}()
+					waitQueued(bt, i+1)
+				}
+				multi := bt.q.multi.Load()
+				release(bt)
+				wg.Wait()
+				waitIdle(bt)
+				if bt.q.multi.Load()-multi != int64(len(order)) {
+					t.Fatalf("%d decisions went in batches, want %d", bt.q.multi.Load()-multi, len(order))
+				}
+				for i, cl := range order {
+					if i == len(before) {
+						if err := mem.SetRate(dir.to); err != nil {
+							t.Fatal(err)
+						}
+					}
+					want, _ := mem.AllowN(ctx, cl.key, cl.n)
+					if errs[i] != nil || got[i] != want {
+						t.Errorf("decision %d (%s, %d) = %+v %v, in memory %+v", i, cl.key, cl.n, got[i], errs[i], want)
+					}
+				}
+				list := dir.to == big
+				for _, k := range ks {
+					exists := func(sfx string) bool { return c.Exists(ctx, redisKey(prefix, k, sfx)).Val() == 1 }
+					if exists(":slp") == list || exists(":sl") != list {
+						t.Errorf("%q: string %v, list %v; want the list %v", k, exists(":slp"), exists(":sl"), list)
+					}
+				}
+			})
+		}
+	}
+}
