@@ -96,6 +96,7 @@ func (fw *FixedWindow) SetRate(rate ratelimit.Rate) error {
 var fwScript = script{name: "fw", fetch: 1, defs: `
 local W, L, hz, st, c, v
 local F10FW = F10 .. '(%d+)$'
+local FULLFW = '%d%09d %d'
 ` + luaAlign + `
 local function put(s, k)
   if -s >= W or (k == 0 and s <= 0) then
@@ -104,7 +105,7 @@ local function put(s, k)
   end
   local rest = s + W
   if k == 0 then rest = s end
-  put_with(key, s, '%d%09d %d', '%d', k, nil, rest)
+  put_with(key, s, FULLFW, '%d', k, nil, rest)
 end
 local function remaining(s, k)
   if s > 0 then return 0 end
@@ -120,7 +121,7 @@ aligned = nil
 st, c = nil, nil
 local corrupt
 local e = C and C[key]
-if e and e.v == nil then
+if e and e.s and e.full == FULLFW then
   -- Put by an earlier decision of this batch: its numbers, as they would
   -- read from the value (see put_with).
   v, st, c = true, relsn(e.s, e.m), e.a

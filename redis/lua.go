@@ -74,7 +74,8 @@ end
 -- tail), v nil, and formatted only when read as a string (see value) or
 -- written back: a key that several decisions of a batch update is
 -- formatted once, and a reader that knows the layout (get_instant) reads
--- the numbers themselves.
+-- the numbers themselves, if the entry has them (s is set) in its layout
+-- (full), even once v is formatted.
 local C
 local value
 local function get(k)
@@ -178,12 +179,15 @@ local function expiry(r)
   if clocked then return math.floor(r / 1000000) + 1 + pad end
   return now_s * 1000 + math.floor((now_ns + r) / 1000000) + 1
 end
+-- ms returns the integer x as digits, for an argument of redis.call,
+-- which would print a number with '%.17g' (slower).
+local function ms(x) return string.format('%d', x) end
 -- expire makes key k expire once it is at rest, r > 0 ns from now.
 local function expire(k, r)
   if clocked then
-    redis.call('PEXPIRE', k, expiry(r))
+    redis.call('PEXPIRE', k, ms(expiry(r)))
   else
-    redis.call('PEXPIREAT', k, expiry(r))
+    redis.call('PEXPIREAT', k, ms(expiry(r)))
   end
 end
 -- put_until sets key k to v, expiring once at rest, r > 0 ns from now: one
@@ -194,12 +198,12 @@ local function put_until(k, v, r)
     return
   end
   if clocked then
-    redis.call('SET', k, v, 'PX', expiry(r))
+    redis.call('SET', k, v, 'PX', ms(expiry(r)))
   elseif PXAT then
-    redis.call('SET', k, v, 'PXAT', expiry(r))
+    redis.call('SET', k, v, 'PXAT', ms(expiry(r)))
   else
     redis.call('SET', k, v)
-    redis.call('PEXPIREAT', k, expiry(r))
+    redis.call('PEXPIREAT', k, ms(expiry(r)))
   end
 end
 
@@ -251,9 +255,10 @@ end
 -- TIME read for all of them and each string key read and written at most
 -- once. ARGV: [1] the TTL pad, [2] how many Redis keys each call has (k),
 -- [3] how many parameter blocks follow (b), then each block as its length
--- and its values (a call's ARGV[6] on), then 5 values per call: its
--- block's number, op, now ('' for TIME), n and ARGV[5]. KEYS holds each
--- call's k keys in turn. It replies one flat array of each call's reply in
+-- and its values (a call's ARGV[6] on), then each call: '*' and 5
+-- values, its block's number, op, now ('' for TIME), n and ARGV[5]; or,
+-- for a plain step (op 's', now '', n 1, ARGV[5] 0, as Allow sends), its
+-- block's number alone. KEYS holds each call's k keys in turn. It replies one flat array of each call's reply in
 -- turn: a table's length m and its m values; or -1 and a reply that is not
 -- a table; or -2 and the error reply of a call that raised one (its
 -- writes up to then stand, as for one call). each reads TIME for every
@@ -284,9 +289,18 @@ local function batch(one, keys, argv, each, fetch, also)
     for j = fetch, #keys, kpc do fk[#fk + 1] = keys[j] end
     prefetch(fk, also, keys, kpc)
   end
-  while i + 4 <= #argv do
-    local a = blocks[tonumber(argv[i])]
-    a[1], a[2], a[4], a[5] = argv[i + 1], argv[i + 2], argv[i + 3], argv[i + 4]
+  local na = #argv
+  while i <= na do
+    local x, a = argv[i], nil
+    if string.byte(x) == 42 then -- '*'
+      a = blocks[tonumber(argv[i + 1])]
+      a[1], a[2], a[4], a[5] = argv[i + 2], argv[i + 3], argv[i + 4], argv[i + 5]
+      i = i + 6
+    else
+      a = blocks[tonumber(x)]
+      a[1], a[2], a[4], a[5] = 's', '', 1, '0'
+      i = i + 1
+    end
     if (each or not t) and a[2] == '' then
       local tm = redis.call('TIME')
       t = {tonumber(tm[1]), tonumber(tm[2]) * 1000}
@@ -311,7 +325,6 @@ local function batch(one, keys, argv, each, fetch, also)
       for j = 1, m do out[o + 1 + j] = r[j] end
       O = o + 1 + m
     end
-    i = i + 5
   end
   local w = C
   C, OUT = nil, nil
@@ -320,13 +333,16 @@ local function batch(one, keys, argv, each, fetch, also)
       if e.v == nil then e.v = value(e) end
       if not e.v then
         redis.call('DEL', k)
-      elseif e.c then
-        redis.call('SET', k, e.v, 'PX', e.x)
-      elseif PXAT then
-        redis.call('SET', k, e.v, 'PXAT', e.x)
       else
-        redis.call('SET', k, e.v)
-        redis.call('PEXPIREAT', k, e.x)
+        local x = ms(e.x)
+        if e.c then
+          redis.call('SET', k, e.v, 'PX', x)
+        elseif PXAT then
+          redis.call('SET', k, e.v, 'PXAT', x)
+        else
+          redis.call('SET', k, e.v)
+          redis.call('PEXPIREAT', k, x)
+        end
       end
     end
   end
@@ -352,8 +368,15 @@ value = function(e) return layout(e.s, e.m, e.full, e.tail, e.a, e.b) end
 local function put_with(k, r, full, tail, a, b, e)
   local s, m = absplit(r)
   if C then
-    -- A new table, built whole: cheaper than adding fields to the old.
-    C[k] = {s = s, m = m, full = full, tail = tail, a = a, b = b, w = true, x = expiry(e), c = clocked}
+    local o = C[k]
+    if o and o.s then
+      -- An entry of put_with's, from an earlier decision of this batch:
+      -- its fields set anew, v nil until formatted.
+      o.v, o.s, o.m, o.full, o.tail, o.a, o.b, o.w, o.x, o.c = nil, s, m, full, tail, a, b, true, expiry(e), clocked
+    else
+      -- A new table, built whole: cheaper than adding fields to the old.
+      C[k] = {s = s, m = m, full = full, tail = tail, a = a, b = b, w = true, x = expiry(e), c = clocked}
+    end
     return
   end
   put_until(k, layout(s, m, full, tail, a, b), e)

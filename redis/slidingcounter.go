@@ -139,6 +139,7 @@ end
 var swcScript = script{name: "swc", fetch: 1, defs: luaSWCMath + `
 local hz, st, prev, cur, v
 local F10SWC = F10 .. '(%d+) (%d+)$'
+local FULLSWC = '%d%09d %d %d'
 ` + luaAlign + `
 -- rest: when a key in window s with these counts is at rest.
 local function rest(s, p, c)
@@ -152,7 +153,7 @@ local function put(s, p, c)
     if v then del(key) end
     return
   end
-  put_with(key, s, '%d%09d %d %d', '%d %d', p, c, r)
+  put_with(key, s, FULLSWC, '%d %d', p, c, r)
 end
 `, body: `
 W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[9])
@@ -160,7 +161,7 @@ aligned = nil
 st, prev, cur = nil, nil, nil
 local corrupt
 local e = C and C[key]
-if e and e.v == nil then
+if e and e.s and e.full == FULLSWC then
   -- Put by an earlier decision of this batch: its numbers, as they would
   -- read from the value (see put_with).
   v, st, prev, cur = true, relsn(e.s, e.m), e.a, e.b

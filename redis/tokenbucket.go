@@ -349,6 +349,7 @@ local nivn, nivf, taun, tauf, den, hz, held, val
 local tag, pfp, nonce -- the tag of the parameters, and its first two parts
 local niv_s, par_s -- the arguments nivn... and taun... were last read from
 local F10TB = F10 .. '(%d+) ?(%S*)$'
+local FULLTB = '%d%09d %d %s'
 -- The most a bucket spans (capacity/rate), on any instance.
 local MAXSPAN = 35 * 86400 * E9
 
@@ -388,10 +389,10 @@ end
 local function get_instant()
   local e = C and C[key]
   local r, b, tg
-  if e and e.v == nil and e.b == tag then
-    -- Put by an earlier decision of this batch, under these parameters:
+  if e and e.s and e.b == tag and e.full == FULLTB then
+    -- Put under these parameters by an earlier decision of this batch:
     -- its numbers, as they would read from the value (see put_with).
-    held, val = true, nil
+    held, val = true, e.v
     r, b, tg = relsn(e.s, e.m), e.a, tag
   else
     local v, wrong = get(key)
@@ -467,7 +468,7 @@ local function put(sn, sf)
   if le(sn, sf, 0, 0) then
     if held then del(key) end
   else
-    put_with(key, sn, '%d%09d %d %s', '%d %s', sf, tag, ceil(sn, sf))
+    put_with(key, sn, FULLTB, '%d %s', sf, tag, ceil(sn, sf))
   end
 end
 `
