@@ -35,9 +35,10 @@
 // prefix): how far it is from the first shows the harness's noise.
 //
 // With -only NAME, it runs that implementation alone at 64 goroutines for
-// -block and prints its throughput, the figures per decision and the
-// commands Redis ran (INFO commandstats): with -cpuprofile or -memprofile,
-// a profile of the client on that load.
+// -block (over the 1,024 keys, or with -hot all on one key) and prints its
+// throughput, the figures per decision and the commands Redis ran (INFO
+// commandstats): with -cpuprofile or -memprofile, a profile of the client
+// on that load.
 //
 // Redis is RATELIMIT_REDIS_ADDR if set, else a redis-server started on a
 // free loopback port and stopped at the end.
@@ -77,6 +78,7 @@ var (
 	cpuout = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memout = flag.String("memprofile", "", "with -only: write an allocation profile of the run to this file")
 	only   = flag.String("only", "", "run only this implementation, at 64 goroutines over 1,024 keys, for -block (for a CPU profile with -cpuprofile)")
+	hotkey = flag.Bool("hot", false, "with -only: every goroutine on one key")
 )
 
 type impl struct {
@@ -768,12 +770,15 @@ func runOnly(ctx context.Context, client *goredis.Client, im impl, keys []string
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, i := int64(0), w*7919
+			c, i, step := int64(0), w*7919, 1
+			if *hotkey {
+				i, step = 0, 0
+			}
 			for time.Now().Before(deadline) {
 				if !im.allow(ctx, keys[i&1023]) {
 					wrong.Add(1)
 				}
-				i++
+				i += step
 				c++
 			}
 			n.Add(c)
@@ -783,8 +788,12 @@ func runOnly(ctx context.Context, client *goredis.Client, im impl, keys []string
 	took := time.Since(t0)
 	runtime.ReadMemStats(&m1)
 	d := float64(n.Load())
-	fmt.Printf("%s at 64 goroutines: %.0f decisions/s; per decision: Redis CPU %.2f µs, Go %.1f allocations, %.0f bytes; %d off the allow path\n",
-		im.name, d/took.Seconds(), (serverCPU(ctx, client)-c0)*1e6/d,
+	on := "over 1,024 keys"
+	if *hotkey {
+		on = "on one key"
+	}
+	fmt.Printf("%s at 64 goroutines %s: %.0f decisions/s; per decision: Redis CPU %.2f µs, Go %.1f allocations, %.0f bytes; %d off the allow path\n",
+		im.name, on, d/took.Seconds(), (serverCPU(ctx, client)-c0)*1e6/d,
 		float64(m1.Mallocs-m0.Mallocs)/d, float64(m1.TotalAlloc-m0.TotalAlloc)/d, wrong.Load())
 	for name, st := range commandStats(ctx, client) {
 		if st.calls > 0 && !strings.HasPrefix(name, "config") && !strings.HasPrefix(name, "info") {
