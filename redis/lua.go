@@ -258,17 +258,17 @@ end
 -- and its values (a call's ARGV[6] on), then each call: '*' and 5
 -- values, its block's number, op, now ('' for TIME), n and ARGV[5]; or,
 -- for a plain step (op 's', now '', n 1, ARGV[5] 0, as Allow sends), its
--- block's number alone. KEYS holds each call's k keys in turn. It replies one flat array of each call's reply in
--- turn: a table's length m and its m values; or -1 and a reply that is not
--- a table; or -2 and the error reply of a call that raised one (its
--- writes up to then stand, as for one call). each reads TIME for every
--- decision instead (the leaky bucket, whose answers depend on when each
--- decision arrives to the microsecond: events at one instant cannot all
--- depart at once). fetch, if not 0, is
--- the position among each call's keys of a string key the call reads by
--- get: batch then reads all of them at its start (see prefetch); also, if
--- not nil, the positions of the keys the call reads only when that key is
--- missing (see prefetch).
+-- block's number alone. KEYS holds each call's k keys in turn. It
+-- replies one flat array of each call's reply in turn: a table's length m
+-- and its m values; or -1 and a reply that is not a table; or -2 and the
+-- error reply of a call that raised one (its writes up to then stand, as
+-- for one call). each reads TIME for every decision instead (the leaky
+-- bucket, whose answers depend on when each decision arrives to the
+-- microsecond: events at one instant cannot all depart at once). fetch,
+-- if not 0, is the position among each call's keys of a string key the
+-- call reads by get: batch then reads all of them at its start (see
+-- prefetch); also, if not nil, the positions of the keys the call reads
+-- only when that key is missing (see prefetch).
 local function batch(one, keys, argv, each, fetch, also)
   local kpc, nb = tonumber(argv[2]), tonumber(argv[3])
   local blocks, i = {}, 4
