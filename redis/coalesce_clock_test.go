@@ -10,8 +10,9 @@ import (
 
 // TestBatchServerClock: on the server's clock (production), a batch of
 // decisions well within the rate is allowed whole by every algorithm; the
-// leaky bucket reads TIME per decision, as decisions at one instant could
-// not all depart at once.
+// leaky bucket reads TIME again for each decision on a key the batch has
+// decided, as decisions on a key at one instant could not all depart at
+// once.
 func TestBatchServerClock(t *testing.T) {
 	client := newClient(t, redisAddr(t), true)
 	for _, c := range testAlgorithms {

@@ -262,9 +262,10 @@ end
 -- replies one flat array of each call's reply in turn: a table's length m
 -- and its m values; or -1 and a reply that is not a table; or -2 and the
 -- error reply of a call that raised one (its writes up to then stand, as
--- for one call). each reads TIME for every decision instead (the leaky
--- bucket, whose answers depend on when each decision arrives to the
--- microsecond: events at one instant cannot all depart at once). fetch,
+-- for one call). each reads TIME again for a decision whose first key a
+-- decision of the batch has already used (the leaky bucket, whose answers
+-- on a key depend on when each decision arrives to the microsecond:
+-- events at one instant cannot all depart at once). fetch,
 -- if not 0, is the position among each call's keys of a string key the
 -- call reads by get: batch then reads all of them at its start (see
 -- prefetch); also, if not nil, the positions of the keys the call reads
@@ -279,7 +280,7 @@ local function batch(one, keys, argv, each, fetch, also)
     i = i + 1 + len
   end
   local t
-  local out, ks, c = {}, {}, 0
+  local out, ks, c, seen = {}, {}, 0, {}
   O = 0
   C = {}
   if fetch == 1 and kpc == 1 then
@@ -301,12 +302,13 @@ local function batch(one, keys, argv, each, fetch, also)
       a[1], a[2], a[4], a[5] = 's', '', 1, '0'
       i = i + 1
     end
-    if (each or not t) and a[2] == '' then
+    for j = 1, kpc do ks[j] = keys[c * kpc + j] end
+    c = c + 1
+    if a[2] == '' and (not t or (each and seen[ks[1]])) then
       local tm = redis.call('TIME')
       t = {tonumber(tm[1]), tonumber(tm[2]) * 1000}
     end
-    for j = 1, kpc do ks[j] = keys[c * kpc + j] end
-    c = c + 1
+    if each then seen[ks[1]] = true end
     OUT = out
     local ok, r = pcall(one, ks, a, t)
     local o = O
@@ -397,7 +399,7 @@ local KEYS_, ARGV_ = KEYS, ARGV
 type script struct {
 	name       string // the function's name in the library, after its prefix
 	defs, body string
-	timeEach   bool // a batch reads TIME for each decision (see batch)
+	timeEach   bool // a batch reads TIME again for each decision on a key it has decided (see batch)
 	fetch      int  // if not 0, the position (from 1) of a string key a call reads by get: a batch prefetches them
 	// also, if not empty, is a Lua list of the positions of keys a call
 	// reads only when its fetch key is missing: a batch checks them with
