@@ -495,9 +495,26 @@ func (b *batcher) build(buf *batchBuf, ps []*pending) ([]string, []any) {
 		}
 	}
 	argv[2] = nb
+	if b.kpc == 1 && repeats(keys) {
+		argv[1] = "d"
+	}
 	argv = append(argv, calls...)
 	buf.keys, buf.argv, buf.calls = keys, argv, calls
 	return keys, argv
+}
+
+// repeats reports whether at least a quarter of keys repeat the key before
+// them, as when one hot key fills a batch: the batch then reads each key
+// once (see batch in luaPrelude), where a batch of distinct keys would pay
+// for looking for repeats.
+func repeats(keys []string) bool {
+	r := 0
+	for i := 1; i < len(keys); i++ {
+		if keys[i] == keys[i-1] {
+			r++
+		}
+	}
+	return r >= 1 && 4*r >= len(keys)
 }
 
 // plainStep reports whether a call's arguments are those of Allow: a step

@@ -253,9 +253,10 @@ end
 -- batch decides a batch of calls of one algorithm's function one (see
 -- script.batchSource) in order, each exactly as one call would, with one
 -- TIME read for all of them and each string key read and written at most
--- once. ARGV: [1] the TTL pad, [2] how many Redis keys each call has (k),
--- [3] how many parameter blocks follow (b), then each block as its length
--- and its values (a call's ARGV[6] on), then each call: '*' and 5
+-- once. ARGV: [1] the TTL pad, [2] how many Redis keys each call has (k;
+-- or 'd': one, and keys repeat, so prefetch is given each key once), [3]
+-- how many parameter blocks follow (b), then each block as its length and
+-- its values (a call's ARGV[6] on), then each call: '*' and 5
 -- values, its block's number, op, now ('' for TIME), n and ARGV[5]; or,
 -- for a plain step (op 's', now '', n 1, ARGV[5] 0, as Allow sends), its
 -- block's number alone. KEYS holds each call's k keys in turn. It
@@ -271,7 +272,8 @@ end
 -- prefetch); also, if not nil, the positions of the keys the call reads
 -- only when that key is missing (see prefetch).
 local function batch(one, keys, argv, each, fetch, also)
-  local kpc, nb = tonumber(argv[2]), tonumber(argv[3])
+  local dup = argv[2] == 'd'
+  local kpc, nb = tonumber(argv[2]) or 1, tonumber(argv[3])
   local blocks, i = {}, 4
   for b = 1, nb do
     local len, a = tonumber(argv[i]), {false, false, tonumber(argv[1]), false, false}
@@ -283,7 +285,14 @@ local function batch(one, keys, argv, each, fetch, also)
   local out, ks, c, seen = {}, {}, 0, {}
   O = 0
   C = {}
-  if fetch == 1 and kpc == 1 then
+  if fetch == 1 and kpc == 1 and dup then
+    local u, seen = {}, {}
+    for j = 1, #keys do
+      local k = keys[j]
+      if not seen[k] then seen[k] = true; u[#u + 1] = k end
+    end
+    prefetch(u)
+  elseif fetch == 1 and kpc == 1 then
     prefetch(keys)
   elseif fetch > 0 then
     local fk = {}
