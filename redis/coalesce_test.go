@@ -352,3 +352,25 @@ func TestBatchEvents(t *testing.T) {
 		t.Errorf("event %+v, want an EventBatch of 10 for api", e)
 	}
 }
+
+// TestRepeats: a batch is marked as repeating its keys (read once each by
+// prefetch) when at least a quarter of its calls name the key of the call
+// before them, and not otherwise.
+func TestRepeats(t *testing.T) {
+	for _, c := range []struct {
+		keys []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"a"}, false},
+		{[]string{"a", "a"}, true},
+		{[]string{"a", "b", "a", "b"}, false},
+		{[]string{"a", "a", "b", "c"}, true},
+		{[]string{"a", "a", "b", "c", "d", "e", "f", "g"}, false},
+		{[]string{"a", "a", "b", "b", "c", "d", "e", "f"}, true},
+	} {
+		if got := repeats(c.keys); got != c.want {
+			t.Errorf("repeats(%q) = %v, want %v", c.keys, got, c.want)
+		}
+	}
+}
