@@ -95,6 +95,7 @@ func (fw *FixedWindow) SetRate(rate ratelimit.Rate) error {
 // count above L are what a change of the rate leaves (see SetRate).
 var fwScript = script{name: "fw", fetch: 1, defs: `
 local W, L, hz, st, c, v
+local Ws, Ls, hzs -- the arguments W, L and hz were last read from
 local F10FW = F10 .. '(%d+)$'
 local FULLFW = '%d%09d %d'
 ` + luaAlign + `
@@ -116,7 +117,13 @@ local function reset(s, k)
   return math.max(s + W, 0)
 end
 `, body: `
-W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[9])
+if ARGV[6] ~= Ws or ARGV[7] ~= Ls or ARGV[9] ~= hzs then
+  -- Parsed again only when an argument differs from the last call's (Lua
+  -- compares strings by reference): once per batch, and in a library once
+  -- per parameters.
+  Ws, Ls, hzs = ARGV[6], ARGV[7], ARGV[9]
+  W, L, hz = tonumber(Ws), tonumber(Ls), tonumber(hzs)
+end
 aligned = nil
 st, c = nil, nil
 local corrupt

@@ -138,6 +138,7 @@ end
 // the rate leaves (see SetRate).
 var swcScript = script{name: "swc", fetch: 1, defs: luaSWCMath + `
 local hz, st, prev, cur, v
+local Ws, Ls, hzs -- the arguments W, L and hz were last read from
 local F10SWC = F10 .. '(%d+) (%d+)$'
 local FULLSWC = '%d%09d %d %d'
 ` + luaAlign + `
@@ -156,7 +157,13 @@ local function put(s, p, c)
   put_with(key, s, FULLSWC, '%d %d', p, c, r)
 end
 `, body: `
-W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[9])
+if ARGV[6] ~= Ws or ARGV[7] ~= Ls or ARGV[9] ~= hzs then
+  -- Parsed again only when an argument differs from the last call's (Lua
+  -- compares strings by reference): once per batch, and in a library once
+  -- per parameters.
+  Ws, Ls, hzs = ARGV[6], ARGV[7], ARGV[9]
+  W, L, hz = tonumber(Ws), tonumber(Ls), tonumber(hzs)
+end
 aligned = nil
 st, prev, cur = nil, nil, nil
 local corrupt

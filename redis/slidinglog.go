@@ -142,6 +142,7 @@ func slidingLogParams(rate ratelimit.Rate) error {
 // window's; the cancel token is the booked instant. More than L entries
 // are what a lower limit leaves (see SetRate).
 var slScript = script{name: "sl", fetch: 3, also: "{1, 2}", defs: "\nlocal W, L, hz -- the call's window, limit and booking horizon\n" +
+	"local Ws, Ls, hzs -- the arguments W, L and hz were last read from\n" +
 	"local T = " + strconv.Itoa(slPackedMax) + " -- the longest limit kept as a string\n" +
 	slFormat + slImport + slList + `
 local n0, status, wr, wdel, existed, imported
@@ -300,7 +301,13 @@ local function decide()
   return reply(status + 1, allowed, rem, 0, act, act + W)
 end
 `, body: `
-W, L, hz = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+if ARGV[6] ~= Ws or ARGV[7] ~= Ls or ARGV[8] ~= hzs then
+  -- Parsed again only when an argument differs from the last call's (Lua
+  -- compares strings by reference): once per batch, and in a library once
+  -- per parameters.
+  Ws, Ls, hzs = ARGV[6], ARGV[7], ARGV[8]
+  W, L, hz = tonumber(Ws), tonumber(Ls), tonumber(hzs)
+end
 if L > T then return list() end
 n0 = n
 local o0 = O
