@@ -278,7 +278,7 @@ local function batch(one, keys, argv, each, fetch, also)
   for b = 1, nb do
     local len, a = tonumber(argv[i]), {false, false, tonumber(argv[1]), false, false}
     for j = 1, len do a[5 + j] = argv[i + j] end
-    blocks[b] = a
+    blocks[tostring(b)] = a -- by the number as a call names it: no parsing
     i = i + 1 + len
   end
   local t
@@ -286,10 +286,10 @@ local function batch(one, keys, argv, each, fetch, also)
   O = 0
   C = {}
   if fetch == 1 and kpc == 1 and dup then
-    local u, seen = {}, {}
+    local u, once = {}, {}
     for j = 1, #keys do
       local k = keys[j]
-      if not seen[k] then seen[k] = true; u[#u + 1] = k end
+      if not once[k] then once[k] = true; u[#u + 1] = k end
     end
     prefetch(u)
   elseif fetch == 1 and kpc == 1 then
@@ -303,12 +303,12 @@ local function batch(one, keys, argv, each, fetch, also)
   while i <= na do
     local x, a = argv[i], nil
     if string.byte(x) == 42 then -- '*'
-      a = blocks[tonumber(argv[i + 1])]
+      a = blocks[argv[i + 1]]
       a[1], a[2], a[4], a[5] = argv[i + 2], argv[i + 3], argv[i + 4], argv[i + 5]
       i = i + 6
     else
-      a = blocks[tonumber(x)]
-      a[1], a[2], a[4], a[5] = 's', '', 1, '0'
+      a = blocks[x]
+      a[1], a[2], a[4], a[5] = 's', '', 1, 0
       i = i + 1
     end
     for j = 1, kpc do ks[j] = keys[c * kpc + j] end
