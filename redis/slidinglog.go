@@ -133,6 +133,26 @@ func slidingLogParams(rate ratelimit.Rate) error {
 	return nil
 }
 
+// luaSlDebt begins a sliding log's debt ('d', see limiter.settle), in
+// both of its formats: t is the booking's instant, m how many of its n
+// instants the log keeps (at most L) and i where they go, the oldest
+// entries beyond L dropped first (raising the floor, as for a booking).
+const luaSlDebt = `    local t = rel(ARGV[5])
+    local m = math.min(n, L)
+    if n > L then floor = math.max(floor, t + W) end
+    local i = after(t) -- the new instants go before the first later than t
+    local over = N + m - L
+    if over > 0 then
+      local d = math.min(over, i)
+      drop(d)
+      i = i - d
+      if over - d > 0 then -- the oldest of the merged log are copies of t
+        m = m - (over - d)
+        floor = math.max(floor, t + W)
+      end
+    end
+`
+
 // slScript mirrors the core's slParams.admit and unstep. A decision under
 // a limit above slPackedMax runs slList, on the list KEYS[1] and its floor
 // KEYS[2] (converting a log kept in KEYS[3] first, see tolist); the rest
@@ -244,21 +264,7 @@ local function decide()
     if N > 0 and unlog(rel(ARGV[5]), n) > 0 then store() end
     n = 0
   elseif op == 'd' then
-    local t = rel(ARGV[5])
-    local m = math.min(n, L)
-    if n > L then floor = math.max(floor, t + W) end
-    local i = after(t) -- the new instants go before the first later than t
-    local over = N + m - L
-    if over > 0 then
-      local d = math.min(over, i)
-      drop(d)
-      i = i - d
-      if over - d > 0 then -- the oldest of the merged log are copies of t
-        m = m - (over - d)
-        floor = math.max(floor, t + W)
-      end
-    end
-    if m > 0 then
+` + luaSlDebt + `    if m > 0 then
       if i == N then newest = t end
       insert(i, t, m)
     end

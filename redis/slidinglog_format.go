@@ -370,21 +370,7 @@ local function list()
     end
     n = 0
   elseif op == 'd' then
-    local t = rel(ARGV[5])
-    local m = math.min(n, L)
-    if n > L then floor = math.max(floor, t + W) end
-    local i = after(t) -- the new instants go before the first later than t
-    local over = N + m - L
-    if over > 0 then
-      local d = math.min(over, i)
-      drop(d)
-      i = i - d
-      if over - d > 0 then -- the oldest of the merged log are copies of t
-        m = m - (over - d)
-        floor = math.max(floor, t + W)
-      end
-    end
-    if m > 0 then
+` + luaSlDebt + `    if m > 0 then
       local later = {}
       if i < N then
         later = redis.call('LRANGE', key, i, -1)
