@@ -153,6 +153,26 @@ const luaSlDebt = `    local t = rel(ARGV[5])
     end
 `
 
+// luaSlAdmit is a sliding log's step up to its verdict, in both of its
+// formats: a peek (n 0) replies at once; otherwise act is when n more
+// events may act (not before now, the floor, the newest instant, nor a
+// window after the (L - n + 1)-th newest entry), and a step that would
+// wait longer than ARGV[5] (at most the horizon) is refused.
+const luaSlAdmit = `  local from = math.max(0, floor, newest)
+  if n == 0 then
+    if op == 'r' then return reply(status + 1, 1, remaining(from), 0, 0, reset(), abs(0)) end
+    return reply(status + 1, 1, remaining(from), 0, 0, reset())
+  end
+  local act = from
+  local j = N - (L - n) - 1
+  if j >= 0 then act = math.max(act, at(j) + W) end
+  local maxwait = tonumber(ARGV[5])
+  if maxwait < 0 or maxwait > hz then maxwait = hz end
+  if act > maxwait then
+    return reply(status, 0, remaining(from), 0, act, reset())
+  end
+`
+
 // slScript mirrors the core's slParams.admit and unstep. A decision under
 // a limit above slPackedMax runs slList, on the list KEYS[1] and its floor
 // KEYS[2] (converting a log kept in KEYS[3] first, see tolist); the rest
@@ -281,20 +301,7 @@ local function decide()
     return 1
   end
 
-  local from = math.max(0, floor, newest)
-  if n == 0 then
-    if op == 'r' then return reply(status + 1, 1, remaining(from), 0, 0, reset(), abs(0)) end
-    return reply(status + 1, 1, remaining(from), 0, 0, reset())
-  end
-  local act = from
-  local j = N - (L - n) - 1
-  if j >= 0 then act = math.max(act, at(j) + W) end
-  local maxwait = tonumber(ARGV[5])
-  if maxwait < 0 or maxwait > hz then maxwait = hz end
-  if act > maxwait then
-    return reply(status, 0, remaining(from), 0, act, reset())
-  end
-  drop(gone())
+` + luaSlAdmit + `  drop(gone())
   if N + n - L > 0 then drop(N + n - L) end
   append(act, n)
   newest = act

@@ -407,20 +407,7 @@ local function list()
     return 1
   end
 
-  local from = math.max(0, floor, newest)
-  if n == 0 then
-    if op == 'r' then return reply(status + 1, 1, remaining(from), 0, 0, reset(), abs(0)) end
-    return reply(status + 1, 1, remaining(from), 0, 0, reset())
-  end
-  local act = from
-  local j = N - (L - n) - 1
-  if j >= 0 then act = math.max(act, at(j) + W) end
-  local maxwait = tonumber(ARGV[5])
-  if maxwait < 0 or maxwait > hz then maxwait = hz end
-  if act > maxwait then
-    return reply(status, 0, remaining(from), 0, act, reset())
-  end
-  drop(after(-W))
+` + luaSlAdmit + `  drop(after(-W))
   if N + n - L > 0 then drop(N + n - L) end
   local a = abs(act)
   local vals = {}
