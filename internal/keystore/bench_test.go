@@ -237,7 +237,9 @@ func BenchmarkHotKeys(b *testing.B) {
 // worst-pass-slots: the most slots one pass over a table walked under a
 // shard's mutex (a rebuild, a pre-growth sweep, a split), the pause a
 // growing store makes the call that grows it, a count untouched by the
-// machine's noise. Skipped with -short; run with -benchtime 1x (each
+// machine's noise; and worst-dir-entries, the most directory entries and
+// page pointers one split wrote (the directory's share of that pause).
+// Skipped with -short; run with -benchtime 1x (each
 // iteration is a whole flood, about 10 s and 1 GiB).
 func BenchmarkGrowth(b *testing.B) {
 	if testing.Short() {
@@ -251,7 +253,7 @@ func BenchmarkGrowth(b *testing.B) {
 			name = "split=off"
 		}
 		b.Run(name, func(b *testing.B) {
-			var worst, p9999, over, nsPerKey, pass, shards float64
+			var worst, p9999, over, nsPerKey, pass, dirPass, shards float64
 			for range b.N {
 				st := newTestStore(0, 64)
 				st.splits = split
@@ -273,6 +275,9 @@ func BenchmarkGrowth(b *testing.B) {
 					p = max(p, sh.pass)
 				}
 				pass += float64(p)
+				st.dirMu.Lock()
+				dirPass += float64(st.dirPass)
+				st.dirMu.Unlock()
 				n := 0
 				for _, d := range took {
 					if d > 200_000 {
@@ -292,6 +297,7 @@ func BenchmarkGrowth(b *testing.B) {
 			b.ReportMetric(nsPerKey/n, "ns/key")
 			b.ReportMetric(shards/n, "shards")
 			b.ReportMetric(pass/n, "worst-pass-slots")
+			b.ReportMetric(dirPass/n, "worst-dir-entries")
 		})
 	}
 }

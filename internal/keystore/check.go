@@ -63,7 +63,7 @@ func (st *Store[S]) checkShard(si int, sh *shard[S]) error {
 			if k != "" {
 				return fmt.Errorf("shard %d: key %q in the global key's shard", si, k)
 			}
-		} else if d := st.dir.Load(); k == "" || d.shards[h&d.mask].Load() != sh {
+		} else if d := st.dir.Load(); k == "" || d.at(h) != sh {
 			return fmt.Errorf("shard %d: key %q is held by a shard the directory does not send it to", si, k)
 		}
 		for j := home(w, n); j != i; j = (j + 1) % n {

@@ -60,7 +60,9 @@
 //     a directory indexed by the hash's low bits then sends them to. So
 //     no table, and no pass over one (a rebuild, a sweep, a split), is
 //     larger than a shard of about splitKeys keys makes it, whatever the
-//     number of keys: the store grows without a pause that grows with it.
+//     number of keys; and the directory, in pages shared when it doubles
+//     and copied one at a time when a split changes one, is never copied
+//     whole: the store grows without a pause that grows with it.
 //  9. A table changes shape only under its shard's mutex, and touches a
 //     slot in use only while holding its lock bit: an insert publishes the
 //     slot's header last; a delete shifts the later keys of its probe run

@@ -107,16 +107,14 @@ func (st *Store[S]) splitShard(sh *shard[S]) {
 	st.dirMu.Lock()
 	d := st.dir.Load()
 	grown := ns.own > d.mask
+	wrote := 0
 	if grown {
-		nd := &directory[S]{mask: d.mask<<1 | 1, shards: make([]atomic.Pointer[shard[S]], 2*len(d.shards))}
-		for i := range nd.shards {
-			nd.shards[i].Store(d.shards[uint64(i)&d.mask].Load())
-		}
-		d = nd
+		d, wrote = d.doubled()
 	}
-	for i := ns.pat; i < uint64(len(d.shards)); i += ns.own + 1 {
-		d.shards[i].Store(ns)
+	for i := ns.pat; i <= d.mask; i += ns.own + 1 {
+		wrote += d.set(i, ns)
 	}
+	st.dirPass = max(st.dirPass, wrote)
 	if grown {
 		st.dir.Store(d)
 	}

@@ -49,11 +49,16 @@ type Store[S any] struct {
 	// dir maps a key's hash to its shard: entry h&mask. Without a cap a
 	// shard that would grow past splitKeys splits in two instead (see
 	// split), so entries change and the directory doubles; a new
-	// directory is published whole, its entries changed in place.
-	dir    atomic.Pointer[directory[S]]
-	dirMu  sync.Mutex  // serialises splits' changes to dir; taken after a shard's mu
-	split  []*shard[S] // the shards made by splits, under dirMu
-	splits bool        // whether shards split (no cap)
+	// directory is published whole, its entries changed in place (see
+	// directory).
+	dir   atomic.Pointer[directory[S]]
+	dirMu sync.Mutex  // serialises splits' changes to dir; taken after a shard's mu
+	split []*shard[S] // the shards made by splits, under dirMu
+	// dirPass is the most directory entries (and page pointers) one split
+	// wrote, under dirMu: the growth benchmark's measure of the pause the
+	// directory's growth adds (see directory).
+	dirPass int
+	splits  bool // whether shards split (no cap)
 	// global and globalTag are the hash and tag of the global key ""
 	// (rule 14), computed once; glob is the shard that holds it, and
 	// nothing else, outside the directory.
@@ -68,10 +73,91 @@ type Store[S any] struct {
 	evicted           func() // nil: none (Config.Evicted)
 }
 
-// directory is the map from a key's hash to its shard.
+// directory is the map from a key's hash to its shard, entry h&mask, in
+// pages of dirPage entries, so that doubling it is not a pass over every
+// entry: a directory of one page doubles into a new page (at most dirPage
+// entries copied), and a larger one into twice as many pages, each page
+// of the old directory named twice, shared (owned false). An entry is
+// changed in place (under the store's dirMu) only in a page the directory
+// owns: a split that changes an entry in a shared page first copies that
+// page and publishes the copy in its place. So the old directory, which
+// readers may still hold, never changes once doubled, and no split copies
+// more than the pages it changes entries in (a split changes entries
+// 2^(depth of the directory - depth of the shard) apart: one or a few, as
+// shards split at about the same depth), whatever the number of shards.
 type directory[S any] struct {
-	mask   uint64
-	shards []atomic.Pointer[shard[S]]
+	mask  uint64
+	pages []atomic.Pointer[dirPageOf[S]]
+	owned []bool // under dirMu: whether page j is this directory's alone
+}
+
+// dirPage is how many entries a directory page holds.
+const (
+	dirPageBits = 8
+	dirPage     = 1 << dirPageBits
+)
+
+type dirPageOf[S any] [dirPage]atomic.Pointer[shard[S]]
+
+// newDirectory returns a directory of n entries (a power of two), every
+// page its own, every entry nil.
+func newDirectory[S any](n int) *directory[S] {
+	np := max(1, n/dirPage)
+	d := &directory[S]{mask: uint64(n - 1), pages: make([]atomic.Pointer[dirPageOf[S]], np), owned: make([]bool, np)}
+	for j := range d.pages {
+		d.pages[j].Store(new(dirPageOf[S]))
+		d.owned[j] = true
+	}
+	return d
+}
+
+// at returns the shard entry hs&mask names.
+func (d *directory[S]) at(hs uint64) *shard[S] {
+	i := hs & d.mask
+	return d.pages[i>>dirPageBits].Load()[i&(dirPage-1)].Load()
+}
+
+// set makes entry i send its hashes to sh, first copying its page if the
+// page is shared (see directory), and returns how many entries it wrote:
+// 1, or 1 and a page. Requires the store's dirMu, and d the store's
+// current directory or one not yet published.
+func (d *directory[S]) set(i uint64, sh *shard[S]) int {
+	j := i >> dirPageBits
+	p := d.pages[j].Load()
+	wrote := 1
+	if !d.owned[j] {
+		wrote += dirPage
+		np := new(dirPageOf[S])
+		for k := range p {
+			np[k].Store(p[k].Load())
+		}
+		d.pages[j].Store(np)
+		d.owned[j] = true
+		p = np
+	}
+	p[i&(dirPage-1)].Store(sh)
+	return wrote
+}
+
+// doubled returns the directory of twice d's entries, entry i naming what
+// entry i&mask of d names, and how many entries or page pointers it
+// wrote: at most dirPage, or twice d's pages. Requires the store's dirMu.
+func (d *directory[S]) doubled() (*directory[S], int) {
+	n := int(d.mask + 1)
+	if 2*n <= dirPage {
+		nd := newDirectory[S](2 * n)
+		p, np := d.pages[0].Load(), nd.pages[0].Load()
+		for i := range 2 * n {
+			np[i].Store(p[i&(n-1)].Load())
+		}
+		return nd, 2 * n
+	}
+	np := len(d.pages) // n is a power of two: n >= dirPage, whole pages
+	nd := &directory[S]{mask: d.mask<<1 | 1, pages: make([]atomic.Pointer[dirPageOf[S]], 2*np), owned: make([]bool, 2*np)}
+	for j := range nd.pages {
+		nd.pages[j].Store(d.pages[j%np].Load())
+	}
+	return nd, 2 * np
 }
 
 type shard[S any] struct {
@@ -230,12 +316,12 @@ func New[S any](cfg Config, init func(s *S, key string, now int64) bool, atRest 
 		secret = keyhash.NewSecret()
 	}
 	shards := make([]shard[S], nshards)
-	d := &directory[S]{mask: uint64(nshards - 1), shards: make([]atomic.Pointer[shard[S]], nshards)}
+	d := newDirectory[S](nshards)
 	for i := range shards {
 		shards[i].scram = rand.Uint64()
 		shards[i].park.Lock() // no token yet
 		shards[i].own, shards[i].pat = uint64(nshards-1), uint64(i)
-		d.shards[i].Store(&shards[i])
+		d.set(uint64(i), &shards[i])
 	}
 	st := &Store[S]{
 		seed:        maphash.MakeSeed(),
@@ -271,8 +357,7 @@ func (st *Store[S]) keep(key string) string { return st.secret.Keep(key) }
 
 func (st *Store[S]) hash(key string) (sh *shard[S], tag uint64) {
 	h := maphash.String(st.seed, key)
-	d := st.dir.Load()
-	return d.shards[h&d.mask].Load(), tagOf(h)
+	return st.dir.Load().at(h), tagOf(h)
 }
 
 // allShards returns every shard of the store, those it started with,
@@ -352,7 +437,8 @@ func (st *Store[S]) Take(key string, now int64, create bool) (h Handle[S], fresh
 	// The directory read written out: the compiler does not inline a
 	// call into a generic function's body today.
 	d := st.dir.Load()
-	return st.take(d.shards[hs&d.mask].Load(), key, hs, now, create)
+	i := hs & d.mask
+	return st.take(d.pages[i>>dirPageBits].Load()[i&(dirPage-1)].Load(), key, hs, now, create)
 }
 
 // takeGlobal is Take for the global key "" (rule 14), which its own
@@ -380,8 +466,7 @@ func (st *Store[S]) takeGlobal(now int64, create bool) (Handle[S], bool) {
 
 // shardOf returns the shard the directory sends hash hs to.
 func (st *Store[S]) shardOf(hs uint64) *shard[S] {
-	d := st.dir.Load()
-	return d.shards[hs&d.mask].Load()
+	return st.dir.Load().at(hs)
 }
 
 // take is Take for key in the form the store keeps it, whose hash is hs,
