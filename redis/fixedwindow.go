@@ -116,14 +116,7 @@ local function reset(s, k)
   if k == 0 then return math.max(s, 0) end
   return math.max(s + W, 0)
 end
-`, body: `
-if ARGV[6] ~= Ws or ARGV[7] ~= Ls or ARGV[9] ~= hzs then
-  -- Parsed again only when an argument differs from the last call's (Lua
-  -- compares strings by reference): once per batch, and in a library once
-  -- per parameters.
-  Ws, Ls, hzs = ARGV[6], ARGV[7], ARGV[9]
-  W, L, hz = tonumber(Ws), tonumber(Ls), tonumber(hzs)
-end
+`, body: luaWindowArgs(9) + `
 aligned = nil
 st, c = nil, nil
 local corrupt

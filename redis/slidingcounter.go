@@ -156,14 +156,7 @@ local function put(s, p, c)
   end
   put_with(key, s, FULLSWC, '%d %d', p, c, r)
 end
-`, body: `
-if ARGV[6] ~= Ws or ARGV[7] ~= Ls or ARGV[9] ~= hzs then
-  -- Parsed again only when an argument differs from the last call's (Lua
-  -- compares strings by reference): once per batch, and in a library once
-  -- per parameters.
-  Ws, Ls, hzs = ARGV[6], ARGV[7], ARGV[9]
-  W, L, hz = tonumber(Ws), tonumber(Ls), tonumber(hzs)
-end
+`, body: luaWindowArgs(9) + `
 aligned = nil
 st, prev, cur = nil, nil, nil
 local corrupt

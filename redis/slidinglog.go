@@ -313,14 +313,7 @@ local function decide()
   end
   return reply(status + 1, allowed, rem, 0, act, act + W)
 end
-`, body: `
-if ARGV[6] ~= Ws or ARGV[7] ~= Ls or ARGV[8] ~= hzs then
-  -- Parsed again only when an argument differs from the last call's (Lua
-  -- compares strings by reference): once per batch, and in a library once
-  -- per parameters.
-  Ws, Ls, hzs = ARGV[6], ARGV[7], ARGV[8]
-  W, L, hz = tonumber(Ws), tonumber(Ls), tonumber(hzs)
-end
+`, body: luaWindowArgs(8) + `
 if L > T then return list() end
 n0 = n
 local o0 = O

@@ -24,6 +24,23 @@ func windowParams(rate ratelimit.Rate) error {
 	return nil
 }
 
+// luaWindowArgs returns the Lua that reads a window algorithm's W, L and
+// hz from ARGV[6], ARGV[7] and ARGV[hz] into the chunk's variables W, L
+// and hz, parsed again only when an argument differs from the last call's
+// (kept in Ws, Ls and hzs; Lua compares strings by reference): once per
+// batch, and in a library once per parameters.
+func luaWindowArgs(hz int) string {
+	a := "ARGV[" + strconv.Itoa(hz) + "]"
+	return `
+if ARGV[6] ~= Ws or ARGV[7] ~= Ls or ` + a + ` ~= hzs then
+  -- Parsed again only when an argument differs from the last call's (Lua
+  -- compares strings by reference): once per batch, and in a library once
+  -- per parameters.
+  Ws, Ls, hzs = ARGV[6], ARGV[7], ` + a + `
+  W, L, hz = tonumber(Ws), tonumber(Ls), tonumber(hzs)
+end`
+}
+
 // windowStart returns t rounded down to a multiple of w.
 func windowStart(t, w int64) int64 {
 	m := t % w
