@@ -92,13 +92,7 @@ func TestBatchPrefetch(t *testing.T) {
 					}()
 					waitQueued(bt, i+1) // in this order
 				}
-				multi := bt.q.multi.Load()
-				release(bt)
-				wg.Wait()
-				waitIdle(bt)
-				if bt.q.multi.Load()-multi != int64(len(order)) {
-					t.Fatalf("%d decisions went in batches, want %d", bt.q.multi.Load()-multi, len(order))
-				}
+				releaseBatched(t, bt, &wg, len(order))
 				for i, k := range order {
 					want, err := alone.AllowN(ctx, k, 1)
 					if errs[i] != nil || err != nil || got[i] != want {

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,6 +37,20 @@ func release(b *batcher) {
 	b.q.inflight -= b.q.depth - 1
 	b.q.mu.Unlock()
 	b.q.done()
+}
+
+// releaseBatched lets b's held calls go (see release), waits for the n
+// callers queued behind them (wg) and for b to be idle, and fails t unless
+// all n went out in batches.
+func releaseBatched(t *testing.T, b *batcher, wg *sync.WaitGroup, n int) {
+	t.Helper()
+	multi := b.q.multi.Load()
+	release(b)
+	wg.Wait()
+	waitIdle(b)
+	if got := b.q.multi.Load() - multi; got != int64(n) {
+		t.Fatalf("%d decisions went in batches, want %d", got, n)
+	}
 }
 
 // waitIdle spins (no sleep) until b has nothing in flight: a batch's

@@ -220,13 +220,7 @@ func TestSlidingLogCrossingBatched(t *testing.T) {
 				}()
 				waitQueued(bt, i+1)
 			}
-			multi := bt.q.multi.Load()
-			release(bt)
-			wg.Wait()
-			waitIdle(bt)
-			if bt.q.multi.Load()-multi != int64(len(order)) {
-				t.Fatalf("%d decisions went in batches, want %d", bt.q.multi.Load()-multi, len(order))
-			}
+			releaseBatched(t, bt, &wg, len(order))
 			for i, k := range order {
 				want, _ := mem.AllowN(ctx, k, ns[i])
 				if errs[i] != nil || got[i] != want {
@@ -437,13 +431,7 @@ func TestSlidingLogCrossingMidBatch(t *testing.T) {
 					}()
 					waitQueued(bt, i+1)
 				}
-				multi := bt.q.multi.Load()
-				release(bt)
-				wg.Wait()
-				waitIdle(bt)
-				if bt.q.multi.Load()-multi != int64(len(order)) {
-					t.Fatalf("%d decisions went in batches, want %d", bt.q.multi.Load()-multi, len(order))
-				}
+				releaseBatched(t, bt, &wg, len(order))
 				for i, cl := range order {
 					if i == len(before) {
 						if err := mem.SetRate(dir.to); err != nil {

@@ -275,13 +275,7 @@ func TestSlidingLogImportBatched(t *testing.T) {
 				}()
 				waitQueued(bt, i+1)
 			}
-			multi := bt.q.multi.Load()
-			release(bt)
-			wg.Wait()
-			waitIdle(bt)
-			if bt.q.multi.Load()-multi != int64(len(order)) {
-				t.Fatalf("%d decisions went in batches, want %d", bt.q.multi.Load()-multi, len(order))
-			}
+			releaseBatched(t, bt, &wg, len(order))
 			for i, k := range order {
 				want, _ := mem.AllowN(ctx, k, 1)
 				if errs[i] != nil || got[i] != want {
