@@ -72,8 +72,10 @@ const (
 //     hot key, whose bucket is far from full, the θs lie a bucket's span
 //     ahead and no unit lapses; a lease taken from a full bucket loses
 //     the units due within the round trip, ⌈r·RTT⌉ (at least one); a
-//     lease that would lose all its units so is given back at once, and
-//     Redis decides the event as without leases.
+//     lease that would lose all its units so is given back at once,
+//     Redis decides the event as without leases, and the key's next lease
+//     asks for four times as many units (up to the most a lease holds), so
+//     that a hot key's leases grow past what a round trip costs.
 //
 // Under-admission is at most what the leases hold at the time: units that
 // one instance holds and does not spend are refused to the others until
@@ -463,11 +465,30 @@ func (s *leaser) advance(ctx context.Context, gk *grantKey, key string, failed *
 			}()
 		}
 	}
+	grown := false
+	if errors.Is(err, errDirect) && size < s.most(key) {
+		// The lease would have lapsed whole within the round trip (taken
+		// from a full bucket): the next asks for four times as many units,
+		// as after a lease used up mostly by lapsing, so that a hot key's
+		// leases grow past r·RTT. The key keeps that size until it is
+		// forgotten, idle, a lease's time later.
+		gk.size = min(4*max(gk.size, size), 1<<40)
+		grown = true
+	}
 	gk.mu.Unlock()
-	if g == nil && dn == nil {
+	switch {
+	case grown && !s.inline:
+		go func() {
+			<-s.clock.NewTimer(leaseTTL).C()
+			s.drop(gk, key)
+		}()
+	case grown: // tests (inline) keep it
+	case g == nil && dn == nil:
 		// Nothing held and nothing to wait for (a failed call, a lease
-		// given back whole or voided by a rate change): forget the key,
-		// so that it does not hold one of the maxLeaseKeys places.
+		// given back whole or voided by a rate change, or one that
+		// would have lapsed whole at the most a lease may hold): forget
+		// the key, so that it does not hold one of the maxLeaseKeys
+		// places.
 		s.drop(gk, key)
 	}
 	return err
