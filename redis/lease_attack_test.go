@@ -10,24 +10,32 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 )
 
+// leaseTwins returns two token buckets of 10 a second and the capacity
+// given on the manual clock mc, each on a prefix of its own: the first with
+// WithLease(share), the second without leases.
+func leaseTwins(t *testing.T, mc *ratelimit.ManualClock, capacity int, share float64) (leased, plain *TokenBucket) {
+	t.Helper()
+	client := newClient(t, redisAddr(t), true)
+	build := func(opts ...Option) *TokenBucket {
+		common := []Option{WithClock(mc), WithPrefix(testPrefix(t) + ":" + time.Now().Format("150405.000000000") + ":"),
+			withClockTime(60_000), WithTimeout(5 * time.Second)}
+		l, err := NewTokenBucket(client, ratelimit.PerSecond(10), capacity, append(slices.Clone(common), opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	return build(WithLease(share)), build()
+}
+
 // TestLeaseFromFullBucketAdmits: a token bucket whose lease cap is one
 // unit (capacity 1 here) takes every lease from a full bucket, where the
 // unit's instant passes within the round trip; such a lease must not lapse
 // whole and refuse the event, or the key would admit nothing at all. A twin
 // limiter without leases gets the same calls on its own prefix.
 func TestLeaseFromFullBucketAdmits(t *testing.T) {
-	client := newClient(t, redisAddr(t), true)
 	mc := ratelimit.NewManualClock(start)
-	build := func(opts ...Option) *TokenBucket {
-		common := []Option{WithClock(mc), WithPrefix(testPrefix(t) + ":" + time.Now().Format("150405.000000000") + ":"),
-			withClockTime(60_000), WithTimeout(5 * time.Second)}
-		l, err := NewTokenBucket(client, ratelimit.PerSecond(10), 1, append(slices.Clone(common), opts...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
-	leased, plain := build(WithLease(1)), build()
+	leased, plain := leaseTwins(t, mc, 1, 1)
 	s := leaserOf(t, leased)
 	s.inline = true
 	nl, np := 0, 0
@@ -63,18 +71,8 @@ func TestLeaseFromFullBucketAdmits(t *testing.T) {
 // lease of k units from full keeps k-1, and the test checks that the
 // size grew; the cap is 25 units (capacity 100, share 0.5).
 func TestLeaseGrowsPastFullBucket(t *testing.T) {
-	client := newClient(t, redisAddr(t), true)
 	mc := ratelimit.NewManualClock(start)
-	build := func(opts ...Option) *TokenBucket {
-		common := []Option{WithClock(mc), WithPrefix(testPrefix(t) + ":" + time.Now().Format("150405.000000000") + ":"),
-			withClockTime(60_000), WithTimeout(5 * time.Second)}
-		l, err := NewTokenBucket(client, ratelimit.PerSecond(10), 100, append(slices.Clone(common), opts...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
-	leased, plain := build(WithLease(0.5)), build()
+	leased, plain := leaseTwins(t, mc, 100, 0.5)
 	s := leaserOf(t, leased)
 	s.inline = true
 	for i := range 3 {
