@@ -143,11 +143,11 @@ func TestStoreCapBurstAfterSweep(t *testing.T) {
 	mean, worst, _, _ := capFlood(t, st, capKeys, 1, 4, nil) // a quarter at rest
 	sh := &st.shards[0]
 	for i := 0; i < 3; i++ {
-		slots, arena := tableOf(sh)
+		slots, _ := tableOf(sh)
 		var keys []string
 		for j := range slots {
 			if w := slots[j].hdr; w != 0 {
-				keys = append(keys, string(arenaKey(arena, w&offMask)))
+				keys = append(keys, string(keyOf(sh.tab.Load(), &slots[j], w, new([inlineMax]byte))))
 			}
 		}
 		for j, k := range keys {

@@ -46,8 +46,19 @@ func (st *Store[S]) checkShard(si int, sh *shard[S]) error {
 			return fmt.Errorf("shard %d slot %d: locked at rest (header %#x)", si, i, w)
 		}
 		held++
-		k := string(arenaKey(arena, w&offMask))
-		live += keyBytes(len(k))
+		var buf [inlineMax]byte
+		k := string(keyOf(t, &slots[i], w, &buf))
+		if w&lenBits == 0 {
+			live += keyBytes(len(k))
+			if w&offMask >= uint64(len(arena)) {
+				return fmt.Errorf("shard %d slot %d: key at %d past the arena's %d bytes in use", si, i, w&offMask, len(arena))
+			}
+		} else if n := int(w & lenBits >> lenShift); n > inlineMax || len(k) != n || (n <= 4 && atomic.LoadUint64(&slots[i].kx) != 0) {
+			return fmt.Errorf("shard %d slot %d: inline key %q of length %d (header %#x)", si, i, k, n, w)
+		}
+		if w&lenBits == 0 && len(k) >= 1 && len(k) <= inlineMax {
+			return fmt.Errorf("shard %d slot %d: key %q of %d bytes in the arena, not inline", si, i, k, len(k))
+		}
 		if seen[k] {
 			return fmt.Errorf("shard %d: key %q held twice", si, k)
 		}

@@ -74,7 +74,16 @@
 //     lost; a key is inserted only under the mutex of the shard that holds
 //     its hashes, checked there, so a reader that read the directory
 //     before a split goes back to it rather than insert the key twice.
-//  10. A key's bytes are copied into its shard's arena and never change
+//  10. A key of 1 to inlineMax (12) bytes is kept in its slot: its length
+//     and first 4 bytes in the header, the rest in the slot's kx word,
+//     which only the holder of the slot's lock bit writes. Another key may
+//     have an equal header (the same tag, length and first bytes), and
+//     may have moved into the slot since a reader looked at it, so the
+//     header is not the key's alone: a reader decides by kx read while it
+//     holds the lock bit, and lets go and probes on if kx is another
+//     key's (a look at kx before, read atomically, may skip a slot but
+//     proves nothing). Any other key's bytes are
+//     copied into its shard's arena and never change
 //     while a reader may compare them; an arena that must grow is copied
 //     into a new table value sharing the same slots. A shard holds at most
 //     4 GiB of key bytes (32-bit offsets): past that it evicts as at the
@@ -121,22 +130,26 @@
 //  13. A shard remembers its hot key: the slot, and the exact unlocked
 //     header, of the last key a reader met locked by others (a key shared
 //     by many goroutines, such as a global bucket). A reader whose key
-//     has the hint's tag takes the lock bit by a compare-and-swap on that
+//     has the hint's tag (and, kept inline, the hint's length and first
+//     bytes) takes the lock bit by a compare-and-swap on that
 //     header straight away, without probing (a load and then a
 //     compare-and-swap move a contended cache line between cores twice,
 //     the compare-and-swap alone once), and only then, holding it, checks
 //     that its key's bytes are at the header's offset in the current
-//     arena, letting go unchanged if not (another key with the same tag).
+//     arena, or for an inline key in the slot's kx, letting go unchanged
+//     if not (another key with the same tag).
 //     Before the compare-and-swap the offset proves nothing: a hint from
 //     before a compaction may point where an insert is writing now. Once
 //     it succeeds, the slot is a live slot of the current table, and the
-//     insert that wrote the key's bytes happened before. That is sound
-//     because a slot holds a given unlocked header only while it holds
-//     that key: a header holds
+//     insert that wrote the key's bytes happened before. For a key in the
+//     arena that is enough, because a slot holds a given unlocked header
+//     only while it holds that key: a header holds
 //     the key's arena offset, offsets are never reused within a table's
 //     slots (an arena only grows, in place or by a copy sharing the
 //     slots, until a rebuild makes new slots), a key only moves back
 //     towards its home slot, and old slots stay locked for good or empty.
+//     An inline key's header is not unique (rule 10): kx, which only the
+//     lock's holder writes, decides.
 //     The hint's two words are read apart, and either may be out of date:
 //     a mismatch costs one failed compare-and-swap, after which the
 //     reader goes the usual way and makes its key the hint. The hint is

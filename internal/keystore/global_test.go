@@ -17,7 +17,7 @@ func TestGlobalKeyExact(t *testing.T) {
 	st := newTestStore(0, 1)
 	storeSet(st, "", 1)
 	sh := st.glob
-	if sl, _, _ := sh.takeHot("", st.globalTag); sl == nil {
+	if sl, _, _ := sh.takeHot(new(refTo(st, ""))); sl == nil {
 		t.Fatal(`after a call on "", its shard's hint does not take it`)
 	} else {
 		sl.unlock(sh, atomic.LoadUint64(&sl.hdr)&^lockBit)

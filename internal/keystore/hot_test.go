@@ -2,7 +2,6 @@ package keystore
 
 import (
 	"fmt"
-	"hash/maphash"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -32,12 +31,13 @@ func TestHotHintAnyValue(t *testing.T) {
 		st.splits = false // one shard's hint throughout
 		sh := &st.shards[0]
 		ref := map[string]int64{}
-		// Two keys with the same tag, one of them hot, so that a hint can
-		// name an unlocked slot with the caller's tag holding another key.
-		pair := sameTag(st)
+		// Two pairs of keys with the same tag, inline and in the arena,
+		// so that a hint can name an unlocked slot with the caller's tag
+		// (and, inline, its length and first bytes) holding another key.
+		pairs := [2][2]string{sameTag(st, "tag-"), sameTag(st, "a-key-kept-in-the-arena-")}
 		keyOf := func() string {
 			if rng.IntN(4) == 0 {
-				return pair[rng.IntN(2)]
+				return pairs[rng.IntN(2)][rng.IntN(2)]
 			}
 			return testKey(rng.IntN(tc.keys))
 		}
@@ -75,22 +75,23 @@ func TestHotHintAnyValue(t *testing.T) {
 			// A hint for this very key, when it was seen: the cases that
 			// may succeed.
 			if rng.IntN(2) == 0 {
+				k := refTo(st, key)
 				if tab := sh.tab.Load(); tab != nil {
-					if i, _ := tab.index(key, tagOf(maphash.String(st.seed, key))); i >= 0 && rng.IntN(2) == 0 {
+					if i, _ := tab.index(&k); i >= 0 && rng.IntN(2) == 0 {
 						sh.hotSlot.Store(&tab.slots[i])
 						sh.hotHdr.Store(atomic.LoadUint64(&tab.slots[i].hdr) | refBit)
 					}
 				}
 			}
-			tag := tagOf(maphash.String(st.seed, key))
-			sl, rel, _ := sh.takeHot(key, tag)
+			k := refTo(st, key)
+			sl, rel, _ := sh.takeHot(&k)
 			if sl == nil {
 				misses++
 				return
 			}
 			hits++
 			tab := sh.tab.Load()
-			i, _ := tab.index(key, tag)
+			i, _ := tab.index(&k)
 			if i < 0 || &tab.slots[i] != sl {
 				t.Fatalf("%+v: takeHot(%q) took a slot that is not the key's (index %d)", tc, key, i)
 			}
@@ -129,16 +130,19 @@ func TestHotHintAnyValue(t *testing.T) {
 	}
 }
 
-// sameTag returns two keys with the same tag in st.
-func sameTag(st *Store[testState]) [2]string {
+// sameTag returns two keys of the same length, starting with prefix,
+// with the same tag in st: for a short prefix, two inline keys whose
+// headers differ in nothing but the reference bit (their first 4 bytes
+// are the prefix's), so that only their kx tells them apart.
+func sameTag[S any](st *Store[S], prefix string) [2]string {
 	seen := map[uint64]string{}
 	for i := 0; ; i++ {
-		k := "tag-" + strconv.Itoa(i)
-		tag := tagOf(maphash.String(st.seed, k))
-		if o, ok := seen[tag]; ok {
+		k := prefix + strconv.Itoa(i)
+		r := refTo(st, k)
+		if o, ok := seen[r.want]; ok {
 			return [2]string{o, k}
 		}
-		seen[tag] = k
+		seen[r.want] = k
 	}
 }
 
@@ -168,8 +172,8 @@ func TestHotHintFollowsContention(t *testing.T) {
 	if sh.hotSlot.Load() != h.sl || sh.hotHdr.Load() != h.rel {
 		t.Fatalf("after contention the hint is %p/%#x, want the key's slot %p/%#x", sh.hotSlot.Load(), sh.hotHdr.Load(), h.sl, h.rel)
 	}
-	tag := tagOf(maphash.String(st.seed, "hot"))
-	sl, rel, hinted := sh.takeHot("hot", tag)
+	k := refTo(st, "hot")
+	sl, rel, hinted := sh.takeHot(&k)
 	if sl != h.sl || !hinted {
 		t.Fatalf("takeHot = %p, %v; want the key's slot %p", sl, hinted, h.sl)
 	}
@@ -199,15 +203,15 @@ func TestHotHintStaleAcrossCompaction(t *testing.T) {
 	sh := &st.shards[0]
 	const old = 2000
 	for i := range old {
-		storeSet(st, "k-"+strconv.Itoa(i), 1) // odd: not at rest
+		storeSet(st, "old-arena-key-"+strconv.Itoa(i), 1) // odd: not at rest
 	}
-	hot := "k-" + strconv.Itoa(old-1) // the last key in: the largest offset
-	tag := tagOf(maphash.String(st.seed, hot))
+	hot := "old-arena-key-" + strconv.Itoa(old-1) // the last key in: the largest offset
+	k := refTo(st, hot)                           // a key in the arena: longer than inlineMax
 	tab := sh.tab.Load()
-	i, _ := tab.index(hot, tag)
+	i, _ := tab.index(&k)
 	stale := hotPair{&tab.slots[i], atomic.LoadUint64(&tab.slots[i].hdr) | refBit}
 	for i := range old - 1 {
-		storeSet(st, "k-"+strconv.Itoa(i), 0) // at rest
+		storeSet(st, "old-arena-key-"+strconv.Itoa(i), 0) // at rest
 	}
 	st.Sweep(0) // drops all but the hot key: the table shrinks, the arena is compacted
 	if sh.tab.Load().keys == nil || uint64(sh.used) >= stale.hdr&offMask {
@@ -218,7 +222,7 @@ func TestHotHintStaleAcrossCompaction(t *testing.T) {
 	wg.Go(func() { // new keys, appended to the arena over the old offset
 		defer close(done)
 		for i := range 3 * old {
-			storeSet(st, "n-"+strconv.Itoa(i), 1)
+			storeSet(st, "new-arena-key-"+strconv.Itoa(i), 1)
 		}
 	})
 	var took atomic.Int64
@@ -231,7 +235,7 @@ func TestHotHintStaleAcrossCompaction(t *testing.T) {
 			}
 			sh.hotSlot.Store(stale.sl)
 			sh.hotHdr.Store(stale.hdr)
-			if sl, rel, _ := sh.takeHot(hot, tag); sl != nil {
+			if sl, rel, _ := sh.takeHot(&k); sl != nil {
 				took.Add(1)
 				sl.unlock(sh, rel)
 			}

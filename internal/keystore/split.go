@@ -42,14 +42,16 @@ func (st *Store[S]) splitShard(sh *shard[S]) {
 		if w == 0 {
 			continue
 		}
-		key := arenaKey(ob, w&offMask)
+		key := keyOf(old, &old.slots[k], w, &sh.kbuf)
 		b := 0
 		if maphash.Bytes(st.seed, key)&bit != 0 {
 			b = 1
 			side[k/64] |= 1 << (k % 64)
 		}
 		n[b]++
-		bytes[b] += keyBytes(len(key))
+		if w&lenBits == 0 {
+			bytes[b] += keyBytes(len(key))
+		}
 	}
 	var nt [2]*table[S]
 	var nb [2][]byte
@@ -65,10 +67,12 @@ func (st *Store[S]) splitShard(sh *shard[S]) {
 		}
 		w := sl.lockWait() // locked for good
 		b := int(side[k/64] >> (k % 64) & 1)
-		key := arenaKey(ob, w&offMask)
-		w = w&^offMask | uint64(len(nb[b]))
-		nb[b] = binary.AppendUvarint(nb[b], uint64(len(key))+1)
-		nb[b] = append(nb[b], key...)
+		if w&lenBits == 0 {
+			key := arenaKey(ob, w&offMask)
+			w = w&^offMask | uint64(len(nb[b]))
+			nb[b] = binary.AppendUvarint(nb[b], uint64(len(key))+1)
+			nb[b] = append(nb[b], key...)
+		}
 		t := nt[b]
 		size := len(t.slots)
 		i := home(w, size)
@@ -77,7 +81,7 @@ func (st *Store[S]) splitShard(sh *shard[S]) {
 				i = 0
 			}
 		}
-		t.slots[i] = slot[S]{hdr: w, s: sl.s}
+		t.slots[i] = slot[S]{hdr: w, kx: atomic.LoadUint64(&sl.kx), s: sl.s}
 	}
 	for b := range nt {
 		nt[b].keys = nb[b][:cap(nb[b])]

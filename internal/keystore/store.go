@@ -184,15 +184,16 @@ type shard[S any] struct {
 	park  sync.Mutex
 	token atomic.Bool
 
-	used   int    // bytes of the current arena in use
-	dead   int    // bytes of keys that are no longer held
-	n      int    // keys held
-	restAt int64  // the latest instant at which a key was dropped at rest
-	peek   S      // scratch state for peeking at an absent key
-	cursor int    // where the next eviction sample starts: the clock hand
-	hand   int    // the hand's step in its cycle through the table
-	scram  uint64 // the key of the order the hand visits the slots in
-	sample int    // keys an eviction looks through for one at rest, 0: evictProbe
+	kbuf   [inlineMax]byte // an inline key's bytes, for a pass under mu
+	used   int             // bytes of the current arena in use
+	dead   int             // bytes of keys that are no longer held
+	n      int             // keys held
+	restAt int64           // the latest instant at which a key was dropped at rest
+	peek   S               // scratch state for peeking at an absent key
+	cursor int             // where the next eviction sample starts: the clock hand
+	hand   int             // the hand's step in its cycle through the table
+	scram  uint64          // the key of the order the hand visits the slots in
+	sample int             // keys an eviction looks through for one at rest, 0: evictProbe
 
 	inserts, evictedAtRest, evictedLRU uint64
 
@@ -221,13 +222,20 @@ type table[S any] struct {
 }
 
 type slot[S any] struct {
-	// hdr is 0 for an empty slot, else the key's tag (the top 28 bits),
+	// hdr is 0 for an empty slot, else the key's tag (the top 24 bits),
+	// its length if it is kept inline (4 bits, 0 for a key in the arena),
 	// the caller's flag bit (see Handle.Flagged), the wait bit (set, while the slot is locked, by a caller parked
 	// until it is let go), its reference bit (set when the key is used,
-	// cleared when the clock hand passes it), the lock bit and its offset
-	// in the arena (the low 32 bits). It is read and written atomically.
+	// cleared when the clock hand passes it), the lock bit and, in the
+	// low 32 bits, its offset in the arena or, for an inline key, its
+	// first 4 bytes. It is read and written atomically.
 	hdr uint64
-	s   S // read and written only by the holder of the lock bit
+	// kx is an inline key's bytes 4 to 11 (zero past its end), 0 for a
+	// key in the arena. It is written only by the holder of the lock bit
+	// (or into a table not yet published) and read atomically, since
+	// readers compare it before they take the lock (rule 10).
+	kx uint64
+	s  S // read and written only by the holder of the lock bit
 }
 
 const (
@@ -256,8 +264,14 @@ const (
 	refBit   = 1 << 33
 	waitBit  = 1 << 34
 	flagBit  = 1 << 35
-	tagShift = 36
+	lenShift = 36
+	lenBits  = 0xf << lenShift
+	tagShift = 40
 	tagBits  = 1<<64 - 1<<tagShift
+
+	// inlineMax is the longest key kept in its slot rather than in the
+	// arena: 4 bytes in the header's low bits and 8 in kx.
+	inlineMax = 12
 
 	// fastTries is how many times a reader finds its key's slot locked by
 	// another before it joins the shard's queue (rule 11). There, the
@@ -278,8 +292,9 @@ const (
 	// not match costs no key comparison. Growing by a quarter rather than
 	// by half copies each key about five times over its table's growth
 	// instead of three, and keeps the slots of a flood of small keys
-	// within 32/0.68 bytes a key (47 for a 24-byte state) at every count,
-	// where growing by half reached 56.
+	// within a slot's size/0.68 bytes a key at every count (59 for a
+	// 24-byte state, whose 40-byte slot holds keys of up to inlineMax
+	// bytes as well), where growing by half reached 70.
 	maxLoad   = 0.85
 	sweptLoad = 0.65
 
@@ -374,7 +389,7 @@ func (st *Store[S]) allShards() []*shard[S] {
 	return out
 }
 
-// tagOf returns the tag of a key's hash, in place in a slot header: 28
+// tagOf returns the tag of a key's hash, in place in a slot header: 24
 // bits, never 0. The shard is chosen by the hash's low bits, the tag taken
 // from its high bits.
 func tagOf(h uint64) uint64 {
@@ -386,10 +401,100 @@ func tagOf(h uint64) uint64 {
 }
 
 // home returns the home slot of a header's tag in a table of n slots: the
-// tag's 28 bits scaled to [0, n), so any n works and keys keep their hash
+// tag's 24 bits scaled to [0, n), so any n works and keys keep their hash
 // order.
 func home(hdr uint64, n int) int {
 	return int((hdr >> tagShift) * uint64(n) >> (64 - tagShift))
+}
+
+// kref is a key as a reader looks for it: what the header of a slot
+// holding it shows under mask (its tag, and for an inline key its length
+// and first 4 bytes), and for an inline key the rest of its bytes, the
+// slot's kx. A key of 1 to inlineMax bytes is kept inline (rule 10); any
+// other in the arena, its header's length bits 0.
+type kref struct {
+	key  string
+	want uint64
+	mask uint64 // tagBits|lenBits, and offMask for an inline key
+	kx   uint64
+}
+
+// set makes k the kref of key, whose hash is hs. It writes k in place:
+// a kref returned by value was copied on the stack by wider loads than
+// the stores that wrote it, a stall of several nanoseconds on every call.
+func (k *kref) set(key string, hs uint64) {
+	tag := tagOf(hs)
+	k.key = key
+	if len(key) == 0 || len(key) > inlineMax {
+		k.want, k.mask, k.kx = tag, tagBits|lenBits, 0
+		return
+	}
+	// The bytes as two little-endian words, zero past the key's end, read
+	// by whole loads: the last 8 (or 4) bytes, shifted down past those
+	// that are also in the first 4.
+	var lo, hi uint64
+	switch n := len(key); {
+	case n >= 8:
+		lo = uint64(le32(key))
+		hi = le64(key[n-8:]) >> ((inlineMax - n) * 8)
+	case n >= 4:
+		lo = uint64(le32(key))
+		hi = uint64(le32(key[n-4:])) >> ((8 - n) * 8)
+	default:
+		for i := n - 1; i >= 0; i-- {
+			lo = lo<<8 | uint64(key[i])
+		}
+	}
+	k.want, k.mask, k.kx = tag|uint64(len(key))<<lenShift|lo, tagBits|lenBits|offMask, hi
+}
+
+// le32 and le64 read the first 4 and 8 bytes of s as a little-endian word.
+func le32(s string) uint32 {
+	_ = s[3]
+	return uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
+}
+
+func le64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+// inline reports whether the key is kept in its slot.
+func (k *kref) inline() bool { return k.mask&offMask != 0 }
+
+// ours reports whether sl, whose lock bit the caller took by a
+// compare-and-swap on a header that k matched, holds k: for an inline key
+// the header alone does not say (another key with the same tag, length
+// and first bytes may have replaced it since the caller read kx), so kx,
+// which only the lock's holder writes, is read again.
+func ours[S any](sl *slot[S], k *kref) bool {
+	return !k.inline() || atomic.LoadUint64(&sl.kx) == k.kx
+}
+
+// holds reports whether the slot sl of t, whose header was w, holds k: a
+// look without the lock, to be confirmed by ours once the lock is taken.
+func holds[S any](t *table[S], sl *slot[S], w uint64, k *kref) bool {
+	if w&k.mask != k.want {
+		return false
+	}
+	if k.inline() {
+		return atomic.LoadUint64(&sl.kx) == k.kx
+	}
+	return keyAt(t.keys, w&offMask, k.key)
+}
+
+// keyOf returns the key held by sl of t, whose header is w: its bytes in
+// the arena, or an inline key's written into buf. Requires the key not to
+// change meanwhile (its lock bit held, or the shard's mutex).
+func keyOf[S any](t *table[S], sl *slot[S], w uint64, buf *[inlineMax]byte) []byte {
+	n := int(w & lenBits >> lenShift)
+	if n == 0 {
+		return arenaKey(t.keys, w&offMask)
+	}
+	binary.LittleEndian.PutUint32(buf[:4], uint32(w))
+	binary.LittleEndian.PutUint64(buf[4:], atomic.LoadUint64(&sl.kx))
+	return buf[:n]
 }
 
 // arenaKey returns the bytes of the key stored at off in an arena, or nil
@@ -473,16 +578,17 @@ func (st *Store[S]) shardOf(hs uint64) *shard[S] {
 // in shard sh: the one that holds key's hashes (or did when the caller
 // read the directory: takeSlow sends it back if not).
 func (st *Store[S]) take(sh *shard[S], key string, hs uint64, now int64, create bool) (h Handle[S], fresh bool) {
-	tag := tagOf(hs)
+	var k kref
+	k.set(key, hs)
 	hinted := false
 	if sh.hotSlot.Load() != nil {
 		var sl *slot[S]
 		var rel uint64
-		if sl, rel, hinted = sh.takeHot(key, tag); sl != nil {
+		if sl, rel, hinted = sh.takeHot(&k); sl != nil {
 			return Handle[S]{sl: sl, rel: rel, sh: sh}, false
 		}
 	}
-	sl, rel, busy := sh.find(key, tag, fastTries)
+	sl, rel, busy := sh.find(&k, fastTries)
 	if sl != nil {
 		if hinted { // the hint is out of date
 			sh.remember(sl, rel)
@@ -490,23 +596,24 @@ func (st *Store[S]) take(sh *shard[S], key string, hs uint64, now int64, create 
 		return Handle[S]{sl: sl, rel: rel, sh: sh}, false
 	}
 	if busy {
-		return st.takeQueued(sh, key, hs, now, create)
+		return st.takeQueued(sh, &k, hs, now, create)
 	}
-	return st.takeSlow(sh, key, hs, now, create)
+	return st.takeSlow(sh, &k, hs, now, create)
 }
 
-// takeHot takes key's slot through the shard's hot-key hint (rule 13): if
-// the hint has key's tag, one compare-and-swap on the header it names,
-// then, holding the slot, a check that key's bytes are at its offset. It
-// returns a nil slot if that fails, with hinted set if the hint had key's
-// tag.
-func (sh *shard[S]) takeHot(key string, tag uint64) (sl *slot[S], rel uint64, hinted bool) {
+// takeHot takes k's slot through the shard's hot-key hint (rule 13): if
+// the hint's header matches k (its tag, and for an inline key its length
+// and first bytes), one compare-and-swap on the header it names, then,
+// holding the slot, a check that the slot holds k: k's bytes at its
+// offset, or its inline bytes. It returns a nil slot if that fails, with
+// hinted set if the hint's header matched k.
+func (sh *shard[S]) takeHot(k *kref) (sl *slot[S], rel uint64, hinted bool) {
 	sl = sh.hotSlot.Load()
 	if sl == nil {
 		return nil, 0, false
 	}
 	w := sh.hotHdr.Load()
-	if w&tagBits != tag {
+	if w&k.mask != k.want {
 		return nil, 0, false
 	}
 	if w&lockBit != 0 || !atomic.CompareAndSwapUint64(&sl.hdr, w, w|lockBit) {
@@ -514,21 +621,25 @@ func (sh *shard[S]) takeHot(key string, tag uint64) (sl *slot[S], rel uint64, hi
 	}
 	// The slot held w unlocked, so it is a slot of the current table
 	// (old slots stay locked) and holds the key at w's offset in its
-	// arena, whose bytes the compare-and-swap made ours to read. They are
-	// read only now: before it, the hint may be from a table since
-	// rebuilt, its offset pointing where an insert is writing.
+	// arena, whose bytes the compare-and-swap made ours to read, or an
+	// inline key whose kx only the lock's holder writes. They are read
+	// only now: before it, the hint may be from a table since rebuilt,
+	// its offset pointing where an insert is writing.
 	// Inside the lock, so written out for keys shorter than 127 bytes (one
 	// length byte), as in find.
-	t := sh.tab.Load()
 	var same bool
-	if off := w & offMask; t != nil && len(key) < 0x7f {
-		end := off + 1 + uint64(len(key))
-		same = end <= uint64(len(t.keys)) && int(t.keys[off]) == len(key)+1 && string(t.keys[off+1:end]) == key
-	} else {
-		same = t != nil && keyAt(t.keys, off, key)
+	if k.inline() {
+		same = atomic.LoadUint64(&sl.kx) == k.kx
+	} else if t, key := sh.tab.Load(), k.key; t != nil {
+		if off := w & offMask; len(key) < 0x7f {
+			end := off + 1 + uint64(len(key))
+			same = end <= uint64(len(t.keys)) && int(t.keys[off]) == len(key)+1 && string(t.keys[off+1:end]) == key
+		} else {
+			same = keyAt(t.keys, off, key)
+		}
 	}
 	if !same {
-		sl.unlock(sh, w) // another key with the same tag
+		sl.unlock(sh, w) // another key that matched the header
 		return nil, 0, true
 	}
 	return sl, w | refBit, true
@@ -561,17 +672,20 @@ func (sh *shard[S]) forget() {
 // park, and there looks for the key again, parking until its slot is let
 // go if it is still locked after queueTries looks. It keeps the queue
 // until Release.
-func (st *Store[S]) takeQueued(sh *shard[S], key string, hs uint64, now int64, create bool) (Handle[S], bool) {
-	tag := tagOf(hs)
+func (st *Store[S]) takeQueued(sh *shard[S], k *kref, hs uint64, now int64, create bool) (Handle[S], bool) {
 	sh.queue.Lock()
 	for tries := 1; ; tries++ {
-		t, sl, w := sh.probe(key, tag)
+		t, sl, w := sh.probe(k)
 		if sl == nil { // gone meanwhile: no one to queue behind
 			sh.queue.Unlock()
-			return st.takeSlow(sh, key, hs, now, create)
+			return st.takeSlow(sh, k, hs, now, create)
 		}
 		if w&lockBit == 0 {
 			if atomic.CompareAndSwapUint64(&sl.hdr, w, w|lockBit) {
+				if !ours(sl, k) { // replaced since the look: look again
+					sl.unlock(sh, w)
+					continue
+				}
 				sh.remember(sl, w|refBit)
 				return Handle[S]{sl: sl, rel: w | refBit, sh: sh, slow: true}, false
 			}
@@ -602,22 +716,23 @@ func (sh *shard[S]) await(t *table[S], sl *slot[S], w uint64) {
 	sh.token.Store(false)
 }
 
-// probe looks key up in the shard's current table, without the mutex, and
+// probe looks k up in the shard's current table, without the mutex, and
 // returns the table, the key's slot and the header it read there, or a
-// nil slot if the key is absent.
-func (sh *shard[S]) probe(key string, tag uint64) (*table[S], *slot[S], uint64) {
+// nil slot if the key is absent. A caller that then takes the slot's lock
+// checks that it is still k's (ours).
+func (sh *shard[S]) probe(k *kref) (*table[S], *slot[S], uint64) {
 	t := sh.tab.Load()
 	if t == nil {
 		return nil, nil, 0
 	}
 	n := len(t.slots)
-	for i := home(tag, n); ; {
+	for i := home(k.want, n); ; {
 		sl := &t.slots[i]
 		w := atomic.LoadUint64(&sl.hdr)
 		if w == 0 {
 			return t, nil, 0
 		}
-		if w&tagBits == tag && keyAt(t.keys, w&offMask, key) {
+		if holds(t, sl, w, k) {
 			return t, sl, w
 		}
 		if i++; i == n {
@@ -694,8 +809,9 @@ func (h Handle[S]) release() {
 // others (a table being rebuilt, or another goroutine on the same key) at
 // each of tries looks. A key found after a look that met it locked
 // becomes the shard's hot key (rule 13).
-func (sh *shard[S]) find(key string, tag uint64, tries int) (*slot[S], uint64, bool) {
+func (sh *shard[S]) find(k *kref, tries int) (*slot[S], uint64, bool) {
 	met := false
+	key := k.key
 	for try := 0; ; try++ {
 		t := sh.tab.Load()
 		if t == nil {
@@ -703,20 +819,46 @@ func (sh *shard[S]) find(key string, tag uint64, tries int) (*slot[S], uint64, b
 		}
 		slots := t.slots
 		n := len(slots)
-		for i := home(tag, n); ; {
+		for i := home(k.want, n); ; {
 			sl := &slots[i]
 			w := atomic.LoadUint64(&sl.hdr)
 			if w == 0 {
 				return nil, 0, false
 			}
-			if w&tagBits != tag {
+			if w&k.mask != k.want {
 				if i++; i == n {
 					i = 0
 				}
 				continue
 			}
-			// The key's bytes, with the case of keys shorter than 127
-			// bytes (one length byte) written out to be inlined.
+			if k.inline() {
+				// The header is not the key's alone (rule 10): the lock
+				// bit first, then kx, which only the lock's holder writes.
+				if w&lockBit == 0 {
+					if atomic.CompareAndSwapUint64(&sl.hdr, w, w|lockBit) {
+						if atomic.LoadUint64(&sl.kx) == k.kx {
+							if met {
+								sh.remember(sl, w|refBit)
+							}
+							return sl, w | refBit, false
+						}
+						sl.unlock(sh, w) // another key with the same header
+					} else if atomic.LoadUint64(&sl.kx) == k.kx {
+						met = true
+						break // changed since: look again
+					}
+				} else if atomic.LoadUint64(&sl.kx) == k.kx {
+					met = true
+					sl.spinWhile(w)
+					break // locked by another: look again
+				}
+				if i++; i == n {
+					i = 0
+				}
+				continue
+			}
+			// The key's bytes in the arena, with the case of keys shorter
+			// than 127 bytes (one length byte) written out to be inlined.
 			var same bool
 			if off := w & offMask; len(key) < 0x7f {
 				end := off + 1 + uint64(len(key))
@@ -751,15 +893,15 @@ func (sh *shard[S]) find(key string, tag uint64, tries int) (*slot[S], uint64, b
 //
 // A shard that no longer holds the key's hashes (it split since the
 // caller read the directory) sends the caller back to the directory.
-func (st *Store[S]) takeSlow(sh *shard[S], key string, hs uint64, now int64, create bool) (Handle[S], bool) {
-	tag := tagOf(hs)
+func (st *Store[S]) takeSlow(sh *shard[S], k *kref, hs uint64, now int64, create bool) (Handle[S], bool) {
+	key := k.key
 	sh.mu.Lock()
 	if hs&sh.own != sh.pat {
 		sh.mu.Unlock()
 		return st.take(st.shardOf(hs), key, hs, now, create)
 	}
 	if t := sh.tab.Load(); t != nil {
-		i, probes := t.index(key, tag)
+		i, probes := t.index(k)
 		sh.probed += uint64(probes)
 		if i >= 0 {
 			sl := &t.slots[i]
@@ -777,7 +919,7 @@ func (st *Store[S]) takeSlow(sh *shard[S], key string, hs uint64, now int64, cre
 		}
 		return Handle[S]{sh: sh, rel: rel, slow: true}, true
 	}
-	sl, w := st.insert(sh, key, tag, now)
+	sl, w := st.insert(sh, k, now)
 	sh.mu.Unlock()
 	if sl == nil { // the shard split: key's may be the other half
 		return st.take(st.shardOf(hs), key, hs, now, create)
@@ -787,16 +929,15 @@ func (st *Store[S]) takeSlow(sh *shard[S], key string, hs uint64, now int64, cre
 
 // index returns the slot holding key, or -1, and how many slots it looked
 // at. Requires the shard's mutex held, so that no key moves.
-func (t *table[S]) index(key string, tag uint64) (i, probes int) {
-	b := t.keys
+func (t *table[S]) index(k *kref) (i, probes int) {
 	n := len(t.slots)
-	for i = home(tag, n); ; {
+	for i = home(k.want, n); ; {
 		probes++
 		w := atomic.LoadUint64(&t.slots[i].hdr)
 		if w == 0 {
 			return -1, probes
 		}
-		if w&tagBits == tag && keyAt(b, w&offMask, key) {
+		if holds(t, &t.slots[i], w, k) {
 			return i, probes
 		}
 		if i++; i == n {
@@ -868,11 +1009,15 @@ func (sh *shard[S]) wakeQueue() {
 // Sweeps thus cost O(1) amortised per insert, and keys in use are not
 // churned out and back in when they come to rest between uses. Requires
 // sh.mu held.
-func (st *Store[S]) insert(sh *shard[S], key string, tag uint64, now int64) (*slot[S], uint64) {
+func (st *Store[S]) insert(sh *shard[S], k *kref, now int64) (*slot[S], uint64) {
 	if st.perShardMax > 0 && sh.n >= st.perShardMax {
 		st.evictOne(sh, now)
 	}
-	need := keyBytes(len(key))
+	key := k.key
+	need := 0 // arena bytes
+	if !k.inline() {
+		need = keyBytes(len(key))
+	}
 	for sh.n > 0 && uint64(sh.used-sh.dead+need) > st.arenaMax {
 		st.evictOne(sh, now) // 4 GiB of keys in one shard: make room
 	}
@@ -891,7 +1036,7 @@ func (st *Store[S]) insert(sh *shard[S], key string, tag uint64, now int64) (*sl
 	}
 	t := sh.tab.Load()
 	n := len(t.slots)
-	i := home(tag, n)
+	i := home(k.want, n)
 	probes := uint64(1)
 	for atomic.LoadUint64(&t.slots[i].hdr) != 0 {
 		if i++; i == n {
@@ -900,11 +1045,15 @@ func (st *Store[S]) insert(sh *shard[S], key string, tag uint64, now int64) (*sl
 		probes++
 	}
 	sh.probed += probes
-	off := sh.appendKey(t, key, st.arenaMax)
-	sl := &t.slots[i] // the same slots, whatever table value appendKey left
+	sl := &t.slots[i] // the same slots, whatever table value appendKey leaves
+	w := k.want
+	if k.inline() {
+		atomic.StoreUint64(&sl.kx, k.kx)
+	} else {
+		w |= sh.appendKey(t, key, st.arenaMax)
+	}
 	var zero S
 	sl.s = zero
-	w := tag | off
 	if st.init(&sl.s, key, max(now, sh.restAt)) {
 		w |= flagBit
 	}
@@ -969,7 +1118,7 @@ func (st *Store[S]) sweepShard(sh *shard[S], now int64, all bool) {
 		sl := &t.slots[j]
 		if atomic.LoadUint64(&sl.hdr) != 0 {
 			w := sl.lockWait()
-			if st.restful(t, sl, w, now) {
+			if st.restful(sh, t, sl, w, now) {
 				sh.dropAtRest(t, j, now) // a later key may move here: look again
 				continue
 			}
@@ -1025,7 +1174,7 @@ func (st *Store[S]) evictOne(sh *shard[S], now int64) {
 		}
 		seen++
 		w := sl.lockWait()
-		if st.restful(t, sl, w, now) {
+		if st.restful(sh, t, sl, w, now) {
 			sh.probed += probes
 			sh.sample = min(2*sh.sample, evictProbe)
 			sh.dropAtRest(t, i, now)
@@ -1043,7 +1192,7 @@ func (st *Store[S]) evictOne(sh *shard[S], now int64) {
 			continue
 		}
 		w := sl.lockWait()
-		if st.restful(t, sl, w, now) {
+		if st.restful(sh, t, sl, w, now) {
 			sh.probed += probes
 			sh.dropAtRest(t, i, now)
 			return
@@ -1064,11 +1213,11 @@ func (st *Store[S]) evictOne(sh *shard[S], now int64) {
 // restful reports whether the key at sl, whose lock bit the caller holds
 // and whose header was w, is at rest at now. The key's bytes are looked
 // up only for a flagged key. Requires sh.mu held (t is the shard's table).
-func (st *Store[S]) restful(t *table[S], sl *slot[S], w uint64, now int64) bool {
+func (st *Store[S]) restful(sh *shard[S], t *table[S], sl *slot[S], w uint64, now int64) bool {
 	if w&flagBit == 0 {
 		return st.atRest(&sl.s, false, nil, now)
 	}
-	return st.atRest(&sl.s, true, arenaKey(t.keys, w&offMask), now)
+	return st.atRest(&sl.s, true, keyOf(t, sl, w, &sh.kbuf), now)
 }
 
 // dropAtRest deletes the key at slot i, whose lock bit the caller holds,
@@ -1142,7 +1291,9 @@ func scatter(k, n int, key uint64) int {
 func (sh *shard[S]) deleteAt(t *table[S], i int) {
 	slots := t.slots
 	n := len(slots)
-	sh.dead += keyBytes(len(arenaKey(t.keys, atomic.LoadUint64(&slots[i].hdr)&offMask)))
+	if w := atomic.LoadUint64(&slots[i].hdr); w&lenBits == 0 {
+		sh.dead += keyBytes(len(arenaKey(t.keys, w&offMask)))
+	}
 	j := i
 	for {
 		if j++; j == n {
@@ -1159,12 +1310,14 @@ func (sh *shard[S]) deleteAt(t *table[S], i int) {
 		if (i <= j && (h <= i || h > j)) || (i > j && h <= i && h > j) {
 			w = sl.lockWait()
 			slots[i].s = sl.s
+			atomic.StoreUint64(&slots[i].kx, atomic.LoadUint64(&sl.kx))
 			slots[i].unlock(sh, w)
 			i = j
 		}
 	}
 	var zero S
 	slots[i].s = zero // let go of what the state points to
+	atomic.StoreUint64(&slots[i].kx, 0)
 	slots[i].unlock(sh, 0)
 	sh.n--
 }
@@ -1211,7 +1364,7 @@ func (sh *shard[S]) rebuild(size int, compact bool) {
 				continue
 			}
 			w := sl.lockWait()
-			if compact {
+			if compact && w&lenBits == 0 {
 				key := arenaKey(ob, w&offMask)
 				w = w&^offMask | uint64(len(nb))
 				nb = binary.AppendUvarint(nb, uint64(len(key))+1)
@@ -1223,7 +1376,7 @@ func (sh *shard[S]) rebuild(size int, compact bool) {
 					i = 0
 				}
 			}
-			nt.slots[i] = slot[S]{hdr: w, s: sl.s}
+			nt.slots[i] = slot[S]{hdr: w, kx: atomic.LoadUint64(&sl.kx), s: sl.s}
 		}
 	}
 	if compact {

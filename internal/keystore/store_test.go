@@ -2,6 +2,7 @@ package keystore
 
 import (
 	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -114,6 +115,17 @@ func testKey(i int) string {
 	return fmt.Sprint(i)
 }
 
+// refTo returns key's kref in st.
+func refTo[S any](st *Store[S], key string) kref {
+	return refOf(key, maphash.String(st.seed, key))
+}
+
+// refOf returns the kref of key, whose hash is hs.
+func refOf(key string, hs uint64) (k kref) {
+	k.set(key, hs)
+	return k
+}
+
 // tableOf returns a shard's slots and the bytes in use of its arena.
 func tableOf[S any](sh *shard[S]) ([]slot[S], []byte) {
 	t := sh.tab.Load()
@@ -167,7 +179,7 @@ func TestStoreCapDropsAtRestFirstThenCLOCK(t *testing.T) {
 	// order lists the keys held in the order the hand comes to them, with
 	// their reference bits.
 	order := func() (keys []string, ref []bool) {
-		slots, arena := tableOf(sh)
+		slots, _ := tableOf(sh)
 		n := len(slots)
 		if handSlot(sh.hand, n, sh.scram) != sh.cursor {
 			t.Fatalf("the hand is at step %d, slot %d: not where its order puts it", sh.hand, sh.cursor)
@@ -179,7 +191,7 @@ func TestStoreCapDropsAtRestFirstThenCLOCK(t *testing.T) {
 				continue
 			}
 			if w := slots[i].hdr; w != 0 {
-				keys = append(keys, string(arenaKey(arena, w&offMask)))
+				keys = append(keys, string(keyOf(sh.tab.Load(), &slots[i], w, new([inlineMax]byte))))
 				ref = append(ref, w&refBit != 0)
 			}
 		}
@@ -188,13 +200,13 @@ func TestStoreCapDropsAtRestFirstThenCLOCK(t *testing.T) {
 	// sample lists the keys held in table order from the hand, first moved
 	// to a key as evictOne moves it.
 	sample := func() (keys []string) {
-		slots, arena := tableOf(sh)
+		slots, _ := tableOf(sh)
 		for slots[sh.cursor].hdr == 0 {
 			sh.moveHand(len(slots))
 		}
 		for j := range slots {
-			if w := slots[(sh.cursor+j)%len(slots)].hdr; w != 0 {
-				keys = append(keys, string(arenaKey(arena, w&offMask)))
+			if i := (sh.cursor + j) % len(slots); slots[i].hdr != 0 {
+				keys = append(keys, string(keyOf(sh.tab.Load(), &slots[i], slots[i].hdr, new([inlineMax]byte))))
 			}
 		}
 		return keys
@@ -311,7 +323,7 @@ func TestStoreArenaLimit(t *testing.T) {
 	st.arenaMax = 256
 	sh := &st.shards[0]
 	for i := 0; i < 10_000; i++ {
-		key := fmt.Sprintf("key-%06d", i) // 10 bytes, 11 with the length
+		key := fmt.Sprintf("key-%09d", i) // 13 bytes, 14 with the length
 		storeSet(st, key, 1)              // never at rest
 		if _, arena := tableOf(sh); len(arena) > 256 || arenaCap(sh) > 256 {
 			t.Fatalf("step %d: arena of %d bytes (%d allocated)", i, len(arena), arenaCap(sh))
@@ -321,8 +333,22 @@ func TestStoreArenaLimit(t *testing.T) {
 		}
 	}
 	s := st.Stats()
-	if s.Keys != 256/11 || s.EvictedLRU != uint64(10_000-s.Keys) {
+	if s.Keys != 256/14 || s.EvictedLRU != uint64(10_000-s.Keys) {
 		t.Fatalf("%+v", s)
+	}
+	checkStore(t, st)
+
+	// Keys of up to inlineMax bytes are kept in their slots: none of them
+	// takes a byte of the arena, so none is evicted for its sake.
+	st = newTestStore(0, 1)
+	st.arenaMax = 256
+	st.splits = false
+	sh = &st.shards[0]
+	for i := 0; i < 10_000; i++ {
+		storeSet(st, fmt.Sprintf("k-%010d", i), 1) // 12 bytes
+	}
+	if s := st.Stats(); s.Keys != 10_000 || s.EvictedLRU != 0 || sh.used != 0 {
+		t.Fatalf("inline keys: %+v, %d arena bytes in use", s, sh.used)
 	}
 	checkStore(t, st)
 
