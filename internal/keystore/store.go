@@ -834,28 +834,29 @@ func (sh *shard[S]) find(k *kref, tries int) (*slot[S], uint64, bool) {
 			if k.inline() {
 				// The header is not the key's alone (rule 10): the lock
 				// bit first, then kx, which only the lock's holder writes.
-				if w&lockBit == 0 {
-					if atomic.CompareAndSwapUint64(&sl.hdr, w, w|lockBit) {
-						if atomic.LoadUint64(&sl.kx) == k.kx {
-							if met {
-								sh.remember(sl, w|refBit)
-							}
-							return sl, w | refBit, false
+				// Until then a matching header is taken for the key's: a
+				// slot of another key with the same header, met locked,
+				// costs a look again (and takeQueued's probe compares kx),
+				// where reading kx from a line another core holds would
+				// cost every contended call one more transfer of it.
+				if w&lockBit == 0 && atomic.CompareAndSwapUint64(&sl.hdr, w, w|lockBit) {
+					if atomic.LoadUint64(&sl.kx) == k.kx {
+						if met {
+							sh.remember(sl, w|refBit)
 						}
-						sl.unlock(sh, w) // another key with the same header
-					} else if atomic.LoadUint64(&sl.kx) == k.kx {
-						met = true
-						break // changed since: look again
+						return sl, w | refBit, false
 					}
-				} else if atomic.LoadUint64(&sl.kx) == k.kx {
-					met = true
+					sl.unlock(sh, w) // another key with the same header
+					if i++; i == n {
+						i = 0
+					}
+					continue
+				}
+				met = true
+				if w&lockBit != 0 {
 					sl.spinWhile(w)
-					break // locked by another: look again
 				}
-				if i++; i == n {
-					i = 0
-				}
-				continue
+				break // locked, or changed since: look again
 			}
 			// The key's bytes in the arena, with the case of keys shorter
 			// than 127 bytes (one length byte) written out to be inlined.
