@@ -128,8 +128,10 @@
 //     apart (the limiters' per-key overrides) without a lookup for the
 //     rest.
 //  13. A shard remembers its hot key: the slot, and the exact unlocked
-//     header, of the last key a reader met locked by others (a key shared
-//     by many goroutines, such as a global bucket). A reader whose key
+//     header (and, for an inline key, kx), of the last key a reader met
+//     locked by others (a key shared by many goroutines, such as a global
+//     bucket), or, for an inline key, of one key in hintEvery found the
+//     usual way (rule 15). A reader whose key
 //     has the hint's tag (and, kept inline, the hint's length and first
 //     bytes) takes the lock bit by a compare-and-swap on that
 //     header straight away, without probing (a load and then a
@@ -150,7 +152,7 @@
 //     towards its home slot, and old slots stay locked for good or empty.
 //     An inline key's header is not unique (rule 10): kx, which only the
 //     lock's holder writes, decides.
-//     The hint's two words are read apart, and either may be out of date:
+//     The hint's words are read apart, and any may be out of date:
 //     a mismatch costs one failed compare-and-swap, after which the
 //     reader goes the usual way and makes its key the hint. The hint is
 //     written only when it changes, and cleared when the table is
@@ -168,6 +170,23 @@
 //     compare-and-swap on the hinted header: no hash, no directory, no
 //     probe, and no look at the arena, since a slot of that shard that
 //     holds the hinted header unlocked holds "".
+//  15. The store remembers one shard, whose hot key (rule 13) a call on
+//     an inline key tries before anything else: if the hint's header has
+//     the key's length and first bytes and its kx the key's other bytes,
+//     one compare-and-swap on the hinted header, then, holding the slot,
+//     kx read again: no hash, no directory, no probe. An inline key's
+//     bytes are the whole key, so a slot that holds them, unlocked, in a
+//     live table (old slots stay locked for good) holds the key; the
+//     shard is the one whose hint named the slot, which only ever names a
+//     slot of its own tables, so Release lets go through the right shard.
+//     The hint moves to a key's shard, and the shard's hint to the key,
+//     when a call on an inline key goes the usual way and is one of 1 in
+//     hintEvery (by the bits of the time and the key's hash): a key that
+//     takes most calls soon becomes the hint and stays it, and keys
+//     taking turns write the hints in at most that share of their calls,
+//     so they cannot make every call write a shared line. A call whose
+//     key the shard's hint matched but could not take goes the usual way
+//     without trying the same hint again.
 //
 // Tables have any size, not only powers of two (a key's home slot is its
 // tag scaled to the table's length), and grow by a quarter at a load of

@@ -12,8 +12,8 @@ import (
 
 // hotPair is a slot and a header it was seen holding, unlocked.
 type hotPair struct {
-	sl  *slot[testState]
-	hdr uint64
+	sl      *slot[testState]
+	hdr, kx uint64
 }
 
 // Rule 13 whatever the hint says: the store against a map, as in
@@ -50,7 +50,7 @@ func TestHotHintAnyValue(t *testing.T) {
 			for k := 0; k < 8; k++ {
 				i := rng.IntN(len(t.slots))
 				if w := atomic.LoadUint64(&t.slots[i].hdr); w != 0 {
-					p := hotPair{&t.slots[i], w | refBit}
+					p := hotPair{&t.slots[i], w | refBit, atomic.LoadUint64(&t.slots[i].kx)}
 					if len(seen) < 4096 {
 						seen = append(seen, p)
 					} else {
@@ -68,9 +68,11 @@ func TestHotHintAnyValue(t *testing.T) {
 				p := seen[rng.IntN(len(seen))]
 				sh.hotSlot.Store(p.sl)
 				sh.hotHdr.Store(p.hdr)
+				sh.hotKx.Store(p.kx)
 			default:
 				sh.hotSlot.Store(seen[rng.IntN(len(seen))].sl)
 				sh.hotHdr.Store(seen[rng.IntN(len(seen))].hdr)
+				sh.hotKx.Store(seen[rng.IntN(len(seen))].kx)
 			}
 			// A hint for this very key, when it was seen: the cases that
 			// may succeed.
@@ -80,6 +82,7 @@ func TestHotHintAnyValue(t *testing.T) {
 					if i, _ := tab.index(&k); i >= 0 && rng.IntN(2) == 0 {
 						sh.hotSlot.Store(&tab.slots[i])
 						sh.hotHdr.Store(atomic.LoadUint64(&tab.slots[i].hdr) | refBit)
+						sh.hotKx.Store(atomic.LoadUint64(&tab.slots[i].kx))
 					}
 				}
 			}
@@ -209,7 +212,7 @@ func TestHotHintStaleAcrossCompaction(t *testing.T) {
 	k := refTo(st, hot)                           // a key in the arena: longer than inlineMax
 	tab := sh.tab.Load()
 	i, _ := tab.index(&k)
-	stale := hotPair{&tab.slots[i], atomic.LoadUint64(&tab.slots[i].hdr) | refBit}
+	stale := hotPair{&tab.slots[i], atomic.LoadUint64(&tab.slots[i].hdr) | refBit, 0}
 	for i := range old - 1 {
 		storeSet(st, "old-arena-key-"+strconv.Itoa(i), 0) // at rest
 	}

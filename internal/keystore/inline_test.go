@@ -2,6 +2,9 @@ package keystore
 
 import (
 	"encoding/binary"
+	"fmt"
+	"hash/maphash"
+	"math/rand/v2"
 	"runtime"
 	"strings"
 	"sync"
@@ -145,5 +148,126 @@ func TestRefOfWords(t *testing.T) {
 				t.Fatalf("key %q: words %#x %#x", key, k.want&offMask, k.kx)
 			}
 		}
+	}
+}
+
+// Rule 15 whatever the hints say: the store against a map while shards
+// split, tables grow and keys are dropped at rest, with the store's hint
+// set before every look-up to a random shard, whose own hint names a
+// slot, header and kx seen together in that shard's tables at some
+// earlier step, or a mix of such, or one with key's own kx (so that only
+// the check once the slot is held tells a key with the same length and
+// first bytes apart), or this very key's slot. Keys
+// share long prefixes ("u:…"), so that most hints match a key's length
+// and first bytes. A Take through the hints must return the key's own
+// slot, or none, and every value must stay as set.
+func TestStoreHintAnyValue(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	st := newTestStore(0, 2)
+	ref := map[string]int64{}
+	pair := sameTag(st, "u:")
+	keyOf := func() string {
+		switch r := rng.IntN(20); {
+		case r == 0:
+			return pair[rng.IntN(2)]
+		case r == 1:
+			return testKey(rng.IntN(300)) // some long, some ""
+		}
+		return fmt.Sprintf("u:%d", rng.IntN(3000))
+	}
+	seen := map[*shard[testState]][]hotPair{}
+	record := func() {
+		shards := st.allShards()
+		sh := shards[rng.IntN(len(shards))]
+		t := sh.tab.Load()
+		if t == nil {
+			return
+		}
+		i := rng.IntN(len(t.slots))
+		if w := atomic.LoadUint64(&t.slots[i].hdr); w != 0 && w&lockBit == 0 {
+			ps := seen[sh]
+			p := hotPair{&t.slots[i], w | refBit, atomic.LoadUint64(&t.slots[i].kx)}
+			if len(ps) < 512 {
+				seen[sh] = append(ps, p)
+			} else {
+				ps[rng.IntN(len(ps))] = p
+			}
+		}
+	}
+	var hits, steps int
+	hint := func(key string) {
+		shards := st.allShards()
+		sh := shards[rng.IntN(len(shards))]
+		st.hot.Store(sh)
+		if ps := seen[sh]; len(ps) > 0 {
+			p := ps[rng.IntN(len(ps))]
+			switch rng.IntN(4) {
+			case 0: // parts of different hints
+				p.sl, p.kx = ps[rng.IntN(len(ps))].sl, ps[rng.IntN(len(ps))].kx
+			case 1: // another key's slot and header, with key's own kx
+				var k kref
+				k.words(key)
+				p.kx = k.kx
+			}
+			sh.hotSlot.Store(p.sl)
+			sh.hotHdr.Store(p.hdr)
+			sh.hotKx.Store(p.kx)
+		}
+		if rng.IntN(3) == 0 { // this very key, where it is now
+			own := st.shardOf(maphash.String(st.seed, key))
+			k := refTo(st, key)
+			if tab := own.tab.Load(); tab != nil {
+				if i, _ := tab.index(&k); i >= 0 {
+					st.hot.Store(own)
+					own.remember(&tab.slots[i], atomic.LoadUint64(&tab.slots[i].hdr)|refBit, k.kx)
+				}
+			}
+		}
+		steps++
+		if h := st.hot.Load(); h.hotSlot.Load() != nil {
+			var k kref
+			k.words(key)
+			if k.inline() {
+				if sl, rel, _ := h.takeHot(&k); sl != nil {
+					hits++
+					own := st.shardOf(maphash.String(st.seed, key))
+					kt := refTo(st, key)
+					tab := own.tab.Load()
+					if i, _ := tab.index(&kt); own != h || i < 0 || &tab.slots[i] != sl {
+						t.Fatalf("the store's hint took a slot that is not %q's (index %d, shard %p, hint's %p)", key, i, own, h)
+					}
+					sl.unlock(h, rel)
+				}
+			}
+		}
+	}
+	const total = 150_000
+	for i := 0; i < total; i++ {
+		key := keyOf()
+		hint(key)
+		switch op := rng.IntN(100); {
+		case op < 60:
+			checkGet(t, st, ref, key, fmt.Sprintf("step %d", i))
+			v := rng.Int64N(1000)
+			hint(key)
+			storeSet(st, key, v)
+			ref[key] = v
+		case op < 99:
+			checkGet(t, st, ref, key, fmt.Sprintf("step %d", i))
+		default:
+			sweepRef(st, ref)
+		}
+		record()
+		if i%(total/20) == 0 {
+			checkStore(t, st)
+		}
+	}
+	for k := range ref {
+		hint(k)
+		checkGet(t, st, ref, k, "end")
+	}
+	checkStore(t, st)
+	if len(st.split) == 0 || hits < steps/20 {
+		t.Fatalf("%d splits, %d of %d looks taken through the store's hint: the test does not exercise it", len(st.split), hits, steps)
 	}
 }

@@ -64,13 +64,19 @@ type Store[S any] struct {
 	// nothing else, outside the directory.
 	global, globalTag uint64
 	glob              *shard[S]
-	perShardMax       int // 0: no cap
-	maxKeys           int
-	arenaMax          uint64          // the most key bytes a shard's arena holds: maxArena but in tests
-	secret            *keyhash.Secret // keeps long keys (rule 10)
-	init              func(s *S, key string, now int64) bool
-	atRest            func(s *S, flagged bool, key []byte, now int64) bool
-	evicted           func() // nil: none (Config.Evicted)
+	// hot is the store's hint (rule 15): the shard whose hot key (rule
+	// 13) a call on an inline key tries first, before it hashes. On a
+	// line of its own: written now and then, read by every call.
+	_           [64]byte
+	hot         atomic.Pointer[shard[S]]
+	_           [56]byte
+	perShardMax int // 0: no cap
+	maxKeys     int
+	arenaMax    uint64          // the most key bytes a shard's arena holds: maxArena but in tests
+	secret      *keyhash.Secret // keeps long keys (rule 10)
+	init        func(s *S, key string, now int64) bool
+	atRest      func(s *S, flagged bool, key []byte, now int64) bool
+	evicted     func() // nil: none (Config.Evicted)
 }
 
 // directory is the map from a key's hash to its shard, entry h&mask, in
@@ -170,7 +176,11 @@ type shard[S any] struct {
 	// tab's line: read by every call, written only when they change.
 	hotSlot atomic.Pointer[slot[S]]
 	hotHdr  atomic.Uint64
-	_       [40]byte // keep the line read by every call off the line mu is on
+	// hotKx is the hint's kx, for an inline key (rule 10): the hint is
+	// compared whole, key bytes and all, before its compare-and-swap,
+	// without a look at the slot's line, which another core may hold.
+	hotKx atomic.Uint64
+	_     [32]byte // keep the line read by every call off the line mu is on
 
 	mu sync.Mutex
 	// queue is where callers on a key held by others wait their turn
@@ -423,10 +433,22 @@ type kref struct {
 // a kref returned by value was copied on the stack by wider loads than
 // the stores that wrote it, a stall of several nanoseconds on every call.
 func (k *kref) set(key string, hs uint64) {
-	tag := tagOf(hs)
+	k.words(key)
+	k.tagged(hs)
+}
+
+// tagged adds to k, set up by words, the tag of its key's hash hs.
+func (k *kref) tagged(hs uint64) {
+	k.want |= tagOf(hs)
+	k.mask |= tagBits
+}
+
+// words makes k the kref of key but for its tag, which only a hash gives:
+// enough to recognise an inline key's slot, once held (rule 15).
+func (k *kref) words(key string) {
 	k.key = key
 	if len(key) == 0 || len(key) > inlineMax {
-		k.want, k.mask, k.kx = tag, tagBits|lenBits, 0
+		k.want, k.mask, k.kx = 0, lenBits, 0
 		return
 	}
 	// The bytes as two little-endian words, zero past the key's end, read
@@ -445,7 +467,7 @@ func (k *kref) set(key string, hs uint64) {
 			lo = lo<<8 | uint64(key[i])
 		}
 	}
-	k.want, k.mask, k.kx = tag|uint64(len(key))<<lenShift|lo, tagBits|lenBits|offMask, hi
+	k.want, k.mask, k.kx = uint64(len(key))<<lenShift|lo, lenBits|offMask, hi
 }
 
 // le32 and le64 read the first 4 and 8 bytes of s as a little-endian word.
@@ -538,12 +560,27 @@ func (st *Store[S]) Take(key string, now int64, create bool) (h Handle[S], fresh
 	if len(key) > keyhash.Short {
 		key = st.keep(key)
 	}
+	var k kref
+	k.words(key)
+	var tried *shard[S] // the shard whose hint named a header like key's
+	if k.inline() {
+		if sh := st.hot.Load(); sh != nil {
+			sl, rel, hinted := sh.takeHot(&k)
+			if sl != nil {
+				return Handle[S]{sl: sl, rel: rel, sh: sh}, false
+			}
+			if hinted {
+				tried = sh
+			}
+		}
+	}
 	hs := maphash.String(st.seed, key)
+	k.tagged(hs)
 	// The directory read written out: the compiler does not inline a
 	// call into a generic function's body today.
 	d := st.dir.Load()
 	i := hs & d.mask
-	return st.take(d.pages[i>>dirPageBits].Load()[i&(dirPage-1)].Load(), key, hs, now, create)
+	return st.take(d.pages[i>>dirPageBits].Load()[i&(dirPage-1)].Load(), &k, hs, now, create, tried)
 }
 
 // takeGlobal is Take for the global key "" (rule 14), which its own
@@ -562,9 +599,11 @@ func (st *Store[S]) takeGlobal(now int64, create bool) (Handle[S], bool) {
 			return Handle[S]{sl: sl, rel: w | refBit, sh: sh}, false
 		}
 	}
-	h, fresh := st.take(sh, "", st.global, now, create)
+	var k kref
+	k.set("", st.global)
+	h, fresh := st.take(sh, &k, st.global, now, create, nil)
 	if h.sl != nil {
-		sh.remember(h.sl, h.rel)
+		sh.remember(h.sl, h.rel, 0)
 	}
 	return h, fresh
 }
@@ -574,31 +613,59 @@ func (st *Store[S]) shardOf(hs uint64) *shard[S] {
 	return st.dir.Load().at(hs)
 }
 
-// take is Take for key in the form the store keeps it, whose hash is hs,
-// in shard sh: the one that holds key's hashes (or did when the caller
-// read the directory: takeSlow sends it back if not).
-func (st *Store[S]) take(sh *shard[S], key string, hs uint64, now int64, create bool) (h Handle[S], fresh bool) {
-	var k kref
-	k.set(key, hs)
-	hinted := false
-	if sh.hotSlot.Load() != nil {
+// take is Take for k, a key in the form the store keeps it, whose hash is
+// hs, in shard sh: the one that holds k's hashes (or did when the caller
+// read the directory: takeSlow sends it back if not). If sh is tried, the
+// caller has just tried its hint, in vain: a second compare-and-swap on a
+// contended header would move its line between cores once more.
+func (st *Store[S]) take(sh *shard[S], k *kref, hs uint64, now int64, create bool, tried *shard[S]) (h Handle[S], fresh bool) {
+	hinted := sh == tried
+	if !hinted && sh.hotSlot.Load() != nil {
 		var sl *slot[S]
 		var rel uint64
-		if sl, rel, hinted = sh.takeHot(&k); sl != nil {
+		if sl, rel, hinted = sh.takeHot(k); sl != nil {
+			if k.inline() && sample(now, hs) {
+				st.hint(sh)
+			}
 			return Handle[S]{sl: sl, rel: rel, sh: sh}, false
 		}
 	}
-	sl, rel, busy := sh.find(&k, fastTries)
+	sl, rel, busy := sh.find(k, fastTries)
 	if sl != nil {
-		if hinted { // the hint is out of date
-			sh.remember(sl, rel)
+		// The hint out of date, or, for an inline key, its turn to be
+		// the hint.
+		if hinted || (k.inline() && sample(now, hs)) {
+			sh.remember(sl, rel, k.kx)
+			if k.inline() {
+				st.hint(sh)
+			}
 		}
 		return Handle[S]{sl: sl, rel: rel, sh: sh}, false
 	}
 	if busy {
-		return st.takeQueued(sh, &k, hs, now, create)
+		return st.takeQueued(sh, k, hs, now, create)
 	}
-	return st.takeSlow(sh, &k, hs, now, create)
+	return st.takeSlow(sh, k, hs, now, create)
+}
+
+// hintEvery is how often, on average, a call on an inline key found
+// without the store's hint makes it the hint (rule 15).
+const hintEvery = 64
+
+// sample reports whether a call at now on a key whose hash is hs is one
+// of the 1 in hintEvery that move the store's hint: often enough that a
+// key taking most calls is the hint within a few hundred, seldom enough
+// that keys taking turns write the hint's lines at most that often.
+func sample(now int64, hs uint64) bool {
+	return (uint64(now)^hs^hs>>32)&(hintEvery-1) == 0
+}
+
+// hint makes sh's hot key (rule 13) the store's hint (rule 15), writing
+// only if it changes.
+func (st *Store[S]) hint(sh *shard[S]) {
+	if st.hot.Load() != sh {
+		st.hot.Store(sh)
+	}
 }
 
 // takeHot takes k's slot through the shard's hot-key hint (rule 13): if
@@ -613,7 +680,7 @@ func (sh *shard[S]) takeHot(k *kref) (sl *slot[S], rel uint64, hinted bool) {
 		return nil, 0, false
 	}
 	w := sh.hotHdr.Load()
-	if w&k.mask != k.want {
+	if w&k.mask != k.want || (k.inline() && sh.hotKx.Load() != k.kx) {
 		return nil, 0, false
 	}
 	if w&lockBit != 0 || !atomic.CompareAndSwapUint64(&sl.hdr, w, w|lockBit) {
@@ -650,20 +717,24 @@ func (sh *shard[S]) takeHot(k *kref) (sl *slot[S], rel uint64, hinted bool) {
 // Holding sl is what keeps the hint off old tables: a rebuild locks every
 // old slot, so waits for this caller, before it publishes the new table
 // and forgets the hint.
-func (sh *shard[S]) remember(sl *slot[S], rel uint64) {
+func (sh *shard[S]) remember(sl *slot[S], rel, kx uint64) {
 	if sh.hotSlot.Load() != sl {
 		sh.hotSlot.Store(sl)
 	}
 	if sh.hotHdr.Load() != rel {
 		sh.hotHdr.Store(rel)
 	}
+	if sh.hotKx.Load() != kx {
+		sh.hotKx.Store(kx)
+	}
 }
 
 // forget clears the shard's hot-key hint. Requires sh.mu held.
 func (sh *shard[S]) forget() {
-	if sh.hotSlot.Load() != nil || sh.hotHdr.Load() != 0 {
+	if sh.hotSlot.Load() != nil || sh.hotHdr.Load() != 0 || sh.hotKx.Load() != 0 {
 		sh.hotSlot.Store(nil)
 		sh.hotHdr.Store(0)
+		sh.hotKx.Store(0)
 	}
 }
 
@@ -686,7 +757,7 @@ func (st *Store[S]) takeQueued(sh *shard[S], k *kref, hs uint64, now int64, crea
 					sl.unlock(sh, w)
 					continue
 				}
-				sh.remember(sl, w|refBit)
+				sh.remember(sl, w|refBit, k.kx)
 				return Handle[S]{sl: sl, rel: w | refBit, sh: sh, slow: true}, false
 			}
 			continue
@@ -842,7 +913,7 @@ func (sh *shard[S]) find(k *kref, tries int) (*slot[S], uint64, bool) {
 				if w&lockBit == 0 && atomic.CompareAndSwapUint64(&sl.hdr, w, w|lockBit) {
 					if atomic.LoadUint64(&sl.kx) == k.kx {
 						if met {
-							sh.remember(sl, w|refBit)
+							sh.remember(sl, w|refBit, k.kx)
 						}
 						return sl, w | refBit, false
 					}
@@ -870,7 +941,7 @@ func (sh *shard[S]) find(k *kref, tries int) (*slot[S], uint64, bool) {
 			if same {
 				if w&lockBit == 0 && atomic.CompareAndSwapUint64(&sl.hdr, w, w|lockBit) {
 					if met {
-						sh.remember(sl, w|refBit)
+						sh.remember(sl, w|refBit, k.kx)
 					}
 					return sl, w | refBit, false
 				}
@@ -899,7 +970,7 @@ func (st *Store[S]) takeSlow(sh *shard[S], k *kref, hs uint64, now int64, create
 	sh.mu.Lock()
 	if hs&sh.own != sh.pat {
 		sh.mu.Unlock()
-		return st.take(st.shardOf(hs), key, hs, now, create)
+		return st.take(st.shardOf(hs), k, hs, now, create, nil)
 	}
 	if t := sh.tab.Load(); t != nil {
 		i, probes := t.index(k)
@@ -923,7 +994,7 @@ func (st *Store[S]) takeSlow(sh *shard[S], k *kref, hs uint64, now int64, create
 	sl, w := st.insert(sh, k, now)
 	sh.mu.Unlock()
 	if sl == nil { // the shard split: key's may be the other half
-		return st.take(st.shardOf(hs), key, hs, now, create)
+		return st.take(st.shardOf(hs), k, hs, now, create, nil)
 	}
 	return Handle[S]{sl: sl, rel: w, sh: sh}, true
 }
