@@ -271,3 +271,23 @@ func TestStoreHintAnyValue(t *testing.T) {
 		t.Fatalf("%d splits, %d of %d looks taken through the store's hint: the test does not exercise it", len(st.split), hits, steps)
 	}
 }
+
+// sample takes about 1 call in hintEvery whatever the step by which the
+// time moves between calls, even a step that is a multiple of a large
+// power of two, for any key.
+func TestSampleSpread(t *testing.T) {
+	for _, step := range []int64{1, 7, 48, 64, 1000, 1 << 20} {
+		for _, hs := range []uint64{0, 0x123456789abcdef, 1<<64 - 1} {
+			const calls = 1 << 16
+			n := 0
+			for i := range int64(calls) {
+				if sample(1_700_000_000_000_000_000+i*step, hs) {
+					n++
+				}
+			}
+			if want := calls / hintEvery; n < want/2 || n > 2*want {
+				t.Errorf("step %d, hash %#x: %d of %d calls sampled, want about %d", step, hs, n, calls, want)
+			}
+		}
+	}
+}

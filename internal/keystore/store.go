@@ -650,14 +650,21 @@ func (st *Store[S]) take(sh *shard[S], k *kref, hs uint64, now int64, create boo
 
 // hintEvery is how often, on average, a call on an inline key found
 // without the store's hint makes it the hint (rule 15).
-const hintEvery = 64
+const (
+	hintBits  = 6
+	hintEvery = 1 << hintBits
+)
 
 // sample reports whether a call at now on a key whose hash is hs is one
 // of the 1 in hintEvery that move the store's hint: often enough that a
 // key taking most calls is the hint within a few hundred, seldom enough
-// that keys taking turns write the hint's lines at most that often.
+// that keys taking turns write the hint's lines at most that often. The
+// time's bits are mixed by a multiplication and the top ones taken: a
+// loop of calls that each take about the same time moves now by about
+// the same step, and the low bits of such steps may never reach the one
+// value that samples.
 func sample(now int64, hs uint64) bool {
-	return (uint64(now)^hs^hs>>32)&(hintEvery-1) == 0
+	return (uint64(now)*0x9e3779b97f4a7c15^hs)>>(64-hintBits) == 0
 }
 
 // hint makes sh's hot key (rule 13) the store's hint (rule 15), writing
