@@ -23,7 +23,9 @@
 //     ring, resized as a key's events come and go) asks with the key held
 //     what it needs, releases the key, allocates, and takes the key again
 //     to decide afresh.
-//  3. A key already held costs a hash, a probe and one compare-and-swap:
+//  3. A key already held costs at most a hash, a probe and one
+//     compare-and-swap (a short key the store's hint names, rule 15, the
+//     compare-and-swap alone):
 //     no shared lock, no allocation. Readers probe the shard's current
 //     table with atomic loads and take the lock bit in the key's slot
 //     header; calls on different keys share no lock.

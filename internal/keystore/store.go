@@ -676,11 +676,12 @@ func (st *Store[S]) hint(sh *shard[S]) {
 }
 
 // takeHot takes k's slot through the shard's hot-key hint (rule 13): if
-// the hint's header matches k (its tag, and for an inline key its length
-// and first bytes), one compare-and-swap on the header it names, then,
+// the hint matches k (its header's tag, as far as k has one, and for an
+// inline key its length and first bytes, and the hint's kx k's other
+// bytes), one compare-and-swap on the header it names, then,
 // holding the slot, a check that the slot holds k: k's bytes at its
 // offset, or its inline bytes. It returns a nil slot if that fails, with
-// hinted set if the hint's header matched k.
+// hinted set if the hint matched k.
 func (sh *shard[S]) takeHot(k *kref) (sl *slot[S], rel uint64, hinted bool) {
 	sl = sh.hotSlot.Load()
 	if sl == nil {
