@@ -143,6 +143,67 @@ func BenchmarkFloor(b *testing.B) {
 		}
 		sinkBool = ok
 	})
+	for _, alternate := range []bool{false, true} {
+		name := "op=lines-apart-parallel"
+		if alternate {
+			name = "op=lines-alternate-parallel"
+		}
+		b.Run(name, func(b *testing.B) { linesFloor(b, alternate) })
+	}
+}
+
+// lineOwners deals lines 0 to n-1 out to procs goroutines, in shuffled
+// order: a block of n/procs lines each, or, if alternate, line i to
+// goroutine i mod procs.
+func lineOwners(n, procs int, alternate bool) [][]int32 {
+	own := make([][]int32, procs)
+	for i := range n {
+		g := i * procs / n
+		if alternate {
+			g = i % procs
+		}
+		own[g] = append(own[g], int32(i))
+	}
+	for _, o := range own {
+		rand.Shuffle(len(o), func(i, j int) { o[i], o[j] = o[j], o[i] })
+	}
+	return own
+}
+
+// floorLine is one 64-byte cache line of linesFloor's array.
+type floorLine struct {
+	w uint64
+	_ [56]byte
+}
+
+// linesFloor is the lines rows of BenchmarkFloor: GOMAXPROCS goroutines
+// each write only lines of their own in a 1 MiB array, in random order, a
+// load, a compare-and-swap and a store each, as a slot is taken and let
+// go. Apart, each goroutine's lines are one block of the array; alternate,
+// neighbouring lines belong to different goroutines. No line is written
+// by two goroutines either way: what alternate costs beyond apart is what
+// the machine charges two cores for writing lines next to each other's
+// (its caches fetch a line's neighbours with it), as the slots of keys
+// called from different cores are neighbours in a shared hash table.
+func linesFloor(b *testing.B, alternate bool) {
+	const n = 1 << 14
+	lines := make([]floorLine, n) // a large allocation: page-aligned
+	procs := runtime.GOMAXPROCS(0)
+	own := lineOwners(n, procs, alternate)
+	var seq atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		mine := own[int(seq.Add(1)-1)%procs]
+		i := 0
+		for pb.Next() {
+			l := &lines[mine[i]]
+			if w := atomic.LoadUint64(&l.w); atomic.CompareAndSwapUint64(&l.w, w, w|1) {
+				atomic.StoreUint64(&l.w, w+2)
+			}
+			if i++; i == len(mine) {
+				i = 0
+			}
+		}
+	})
 }
 
 // paths are the outcomes a one-key benchmark holds a limiter on: always
@@ -469,6 +530,15 @@ func memoryFlood(b *testing.B, im impl, keys []string) {
 // key, half a gigabyte of store.
 const growthKeys = 10_000_000
 
+// The machine row of BenchmarkGrowth: each call writes growthMachineBytes
+// of new memory, about what our store holds per key, and lasts at least
+// growthMachineCall, about what a new key costs our limiters, so that the
+// row takes as long as theirs and gets as much new memory.
+const (
+	growthMachineBytes = 64
+	growthMachineCall  = time.Microsecond
+)
+
 // BenchmarkGrowth floods our limiters with 10M new keys, one Allow each,
 // timing every call, and reports the worst single call (worst-ns), the
 // 99.99th percentile (p9999-ns), how many calls took longer than 200 µs
@@ -479,7 +549,12 @@ const growthKeys = 10_000_000
 // garbage collection's stop, the process descheduled. Each call's key is
 // built afresh in one buffer (see freshKey); the store keeps a copy. It is
 // ours only: the peers' maps rehash whole as they grow, a pause this
-// benchmark would only restate. Skipped with -short; run with
+// benchmark would only restate. The row impl=machine is the same flood
+// with no limiter: each call writes growthMachineBytes of new memory
+// (taken from the heap 64 KiB at a time) and spins until
+// growthMachineCall has passed, instead of calling Allow, so its calls
+// over that are the machine's alone: first touches of new memory, the
+// collector, the process descheduled. Skipped with -short; run with
 // -benchtime 1x: each iteration is a whole flood (about 10 s and 1 GiB).
 func BenchmarkGrowth(b *testing.B) {
 	if testing.Short() {
@@ -492,7 +567,34 @@ func BenchmarkGrowth(b *testing.B) {
 			}
 			b.Run("impl="+im.name, func(b *testing.B) { growthFlood(b, im) })
 		}
+		b.Run("impl=machine", func(b *testing.B) {
+			growthFlood(b, impl{name: "machine", build: buildMachineFlood})
+		})
 	})
+}
+
+// buildMachineFlood is the limiter of BenchmarkGrowth's machine row: it
+// allows every call, writing the key into growthMachineBytes of memory it
+// has not written before, and returns growthMachineCall after the call
+// began, or as soon after as the machine lets it.
+func buildMachineFlood(spec) limiter {
+	var chunks [][]byte
+	var cur []byte
+	return limiter{
+		allow: func(key string) bool {
+			t0 := time.Now()
+			for time.Since(t0) < growthMachineCall {
+			}
+			if len(cur) < growthMachineBytes {
+				cur = make([]byte, 64<<10)
+				chunks = append(chunks, cur)
+			}
+			copy(cur[:growthMachineBytes], key)
+			cur = cur[growthMachineBytes:]
+			return true
+		},
+		close: func() { chunks, cur = nil, nil },
+	}
 }
 
 // ourTB is our token bucket, the reference of the targets.

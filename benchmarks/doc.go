@@ -11,7 +11,9 @@
 // in impls_test.go):
 //
 //   - BenchmarkFloor: reference costs (clock reads, a CAS, a mutex, a map
-//     lookup at 10k and 1M keys, the harness's own indirect call).
+//     lookup at 10k and 1M keys, the harness's own indirect call), and
+//     what the machine charges two cores for writing neighbouring cache
+//     lines, each only its own (lines-alternate against lines-apart).
 //   - BenchmarkOneKey: one key, on the allow path (a limit never reached)
 //     and on the deny path (a limit of one per hour, spent), serial and
 //     with b.RunParallel.
@@ -20,6 +22,9 @@
 //   - BenchmarkMemory: live heap retained per key after 1M keys, and what
 //     is still held after the keys go idle (time moved past their refill
 //     where the implementation takes a clock). Run it with -benchtime 1x.
+//   - BenchmarkGrowth: 10M new keys, every call timed (our limiters only,
+//     and a row without a limiter for the machine's own slow calls). Run
+//     it with -benchtime 1x.
 //   - BenchmarkBulkhead: TryAcquire+Release of a concurrency limit.
 //   - BenchmarkRedis (redis_test.go, run by `make bench-redis`, not by
 //     `make bench`): our Redis token bucket next to go-redis/redis_rate and

@@ -120,3 +120,53 @@ func TestBulkheads(t *testing.T) {
 		})
 	}
 }
+
+// The lines floor gives every line to exactly one goroutine: in blocks
+// when apart, neighbours to different goroutines when alternate.
+func TestLineOwners(t *testing.T) {
+	const n, procs = 1 << 10, 3
+	for _, alternate := range []bool{false, true} {
+		owner := make([]int, n)
+		for i := range owner {
+			owner[i] = -1
+		}
+		for g, o := range lineOwners(n, procs, alternate) {
+			for _, i := range o {
+				if owner[i] != -1 {
+					t.Fatalf("alternate=%v: line %d dealt twice", alternate, i)
+				}
+				owner[i] = g
+			}
+		}
+		blocks := 1
+		for i := range owner {
+			if owner[i] == -1 {
+				t.Fatalf("alternate=%v: line %d dealt to no one", alternate, i)
+			}
+			if i > 0 && owner[i] != owner[i-1] {
+				blocks++
+			}
+		}
+		if want := map[bool]int{false: procs, true: n}[alternate]; blocks != want {
+			t.Errorf("alternate=%v: %d runs of one owner, want %d", alternate, blocks, want)
+		}
+	}
+}
+
+// The machine row of the flood allows every call and lasts at least
+// growthMachineCall a call.
+func TestMachineFlood(t *testing.T) {
+	lim := buildMachineFlood(keyedSpec)
+	defer closeLimiter(lim)
+	var buf [10]byte
+	const calls = 3000 // more than one 64 KiB chunk
+	start := time.Now()
+	for i := range calls {
+		if !lim.allow(freshKey(&buf, i)) {
+			t.Fatalf("call %d denied", i)
+		}
+	}
+	if took := time.Since(start); took < calls*growthMachineCall {
+		t.Errorf("%d calls took %v, less than %v each", calls, took, growthMachineCall)
+	}
+}

@@ -136,3 +136,35 @@ BenchmarkKeys/keys=1M/impl=ours-tokenbucket/run=parallel-2 	1000	       300.0 ns
 		}
 	}
 }
+
+// The checks of the parallel rows and of the flood give the machine's own
+// figures from the same run next to ours: the cost of neighbouring lines
+// written by two cores, and the flood's slowest calls without a limiter.
+func TestMachineContext(t *testing.T) {
+	r := newResults()
+	in := `BenchmarkFloor/op=lines-apart-parallel-2     	1000	         3.00 ns/op
+BenchmarkFloor/op=lines-alternate-parallel-2 	1000	         9.00 ns/op
+BenchmarkKeys/keys=10k/impl=ours-tokenbucket/run=serial-2   	1000	       100.0 ns/op
+BenchmarkKeys/keys=10k/impl=ours-tokenbucket/run=parallel-2 	1000	        65.0 ns/op
+BenchmarkGrowth/keys=10M/impl=ours-tokenbucket-2 	1	        56.00 B/key	      1000 ns/key	       100 over200us	     90000 p9999-ns	   3000000 worst-ns
+BenchmarkGrowth/keys=10M/impl=machine-2          	1	        66.00 B/key	       100 ns/key	        40 over200us	     20000 p9999-ns	   2000000 worst-ns
+`
+	if err := r.parse(strings.NewReader(in)); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	reportTargets(&b, r)
+	out := b.String()
+	for _, want := range []string{
+		"| 10k keys, parallel: ≤ 0.55× our serial | 0.65× (65.0 / 100 ns); this machine: cores writing neighbouring lines of one array 3.00× the time of writing separate blocks (9.00 / 3.00 ns) | **missed** |",
+		"| ours-tokenbucket: worst single Allow while 10M new keys arrive ≤ 200 µs | 3000000 ns (99.99th percentile 90000 ns); the machine alone, the same flood writing new memory instead of calling Allow: 2000000 ns (99.99th percentile 20000 ns, 40 calls over 200 µs) | **missed** |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	// The machine is not one of ours: it has no memory target of its own.
+	if strings.Contains(out, "machine: ≤ 64 B") {
+		t.Errorf("report checks the machine row's memory:\n%s", out)
+	}
+}
