@@ -2,10 +2,13 @@ package keystore
 
 import (
 	"fmt"
+	"hash/maphash"
 	"math"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -220,6 +223,75 @@ func BenchmarkHotKeys(b *testing.B) {
 					h.State().steps++
 					h.Release()
 					if i++; i == keys {
+						i = 0
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkSharedShards is 10k keys of 10 bytes in a store of 64 shards
+// without a cap, each taken, stepped and let go in turn: from one
+// goroutine (run=serial), and from GOMAXPROCS goroutines that each take
+// only keys of their own, dealt either by shard (deal=shards: no shard
+// holds keys of two goroutines) or by the keys' order (deal=keys: every
+// shard holds keys of every goroutine, as it does in a server). No slot is
+// taken by two goroutines either way, and the store is the same: what
+// deal=keys costs beyond deal=shards is the cores writing slots that are
+// neighbours in one table (the machine's caches fetch a line's neighbours
+// with it), not any word the store shares.
+func BenchmarkSharedShards(b *testing.B) {
+	const n = 10_000
+	st := newTestStore(0, 64)
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k:%08x", i)
+		h, _ := st.Take(keys[i], 0, true)
+		h.Release()
+	}
+	procs := runtime.GOMAXPROCS(0)
+	byShard := make([][]string, procs)
+	shardOf := map[*shard[testState]]int{}
+	for _, k := range keys {
+		sh := st.shardOf(maphash.String(st.seed, k))
+		g, ok := shardOf[sh]
+		if !ok {
+			g = len(shardOf) % procs
+			shardOf[sh] = g
+		}
+		byShard[g] = append(byShard[g], k)
+	}
+	byKey := make([][]string, procs)
+	for g := range byKey {
+		byKey[g] = keys[g*n/procs : (g+1)*n/procs]
+	}
+	step := func(key string) {
+		h, _ := st.Take(key, 0, true)
+		h.State().v++
+		h.Release()
+	}
+	b.Run("run=serial", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			step(keys[i])
+			if i++; i == n {
+				i = 0
+			}
+		}
+	})
+	for _, deal := range []struct {
+		name string
+		keys [][]string
+	}{{"shards", byShard}, {"keys", byKey}} {
+		b.Run("run=parallel/deal="+deal.name, func(b *testing.B) {
+			var seq atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				mine := deal.keys[int(seq.Add(1)-1)%procs]
+				i := 0
+				for pb.Next() {
+					step(mine[i])
+					if i++; i == len(mine) {
 						i = 0
 					}
 				}
