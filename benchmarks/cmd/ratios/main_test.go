@@ -119,18 +119,31 @@ BenchmarkKeys/keys=1M/impl=ours-tokenbucket/run=serial-2   	1000	       700.0 ns
 BenchmarkKeys/keys=1M/impl=xrate-map/run=serial-2          	1000	       1000.0 ns/op
 BenchmarkKeys/keys=1M/impl=ours-tokenbucket/run=parallel-2 	1000	       300.0 ns/op
 `
+	out := targetsOf(t, r, in)
+	wantLines(t, out,
+		// medians 600 / 1000; the rounds 0.50× and 0.70×.
+		"| 1M keys, serial: ≤ 0.6× xrate-map | 0.60× (600 / 1000 ns); per round 0.50–0.70× over 2 | met |",
+		// one parallel sample against two serial ones: no rounds to pair.
+		"| 1M keys, parallel: ≤ 0.55× our serial | 0.50× (300 / 600 ns) | met |",
+	)
+}
+
+// targetsOf parses in, benchmark output, into r and returns the targets'
+// report of it.
+func targetsOf(t *testing.T, r *results, in string) string {
+	t.Helper()
 	if err := r.parse(strings.NewReader(in)); err != nil {
 		t.Fatal(err)
 	}
 	var b strings.Builder
 	reportTargets(&b, r)
-	out := b.String()
-	for _, want := range []string{
-		// medians 600 / 1000; the rounds 0.50× and 0.70×.
-		"| 1M keys, serial: ≤ 0.6× xrate-map | 0.60× (600 / 1000 ns); per round 0.50–0.70× over 2 | met |",
-		// one parallel sample against two serial ones: no rounds to pair.
-		"| 1M keys, parallel: ≤ 0.55× our serial | 0.50× (300 / 600 ns) | met |",
-	} {
+	return b.String()
+}
+
+// wantLines fails t for each of wants that out lacks.
+func wantLines(t *testing.T, out string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
@@ -149,20 +162,11 @@ BenchmarkKeys/keys=10k/impl=ours-tokenbucket/run=parallel-2 	1000	        65.0 n
 BenchmarkGrowth/keys=10M/impl=ours-tokenbucket-2 	1	        56.00 B/key	      1000 ns/key	       100 over200us	     90000 p9999-ns	   3000000 worst-ns
 BenchmarkGrowth/keys=10M/impl=machine-2          	1	        66.00 B/key	       100 ns/key	        40 over200us	     20000 p9999-ns	   2000000 worst-ns
 `
-	if err := r.parse(strings.NewReader(in)); err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	reportTargets(&b, r)
-	out := b.String()
-	for _, want := range []string{
+	out := targetsOf(t, r, in)
+	wantLines(t, out,
 		"| 10k keys, parallel: ≤ 0.55× our serial | 0.65× (65.0 / 100 ns); this machine: cores writing neighbouring lines of one array 3.00× the time of writing separate blocks (9.00 / 3.00 ns) | **missed** |",
 		"| ours-tokenbucket: worst single Allow while 10M new keys arrive ≤ 200 µs | 3000000 ns (99.99th percentile 90000 ns); the machine alone, the same flood writing new memory instead of calling Allow: 2000000 ns (99.99th percentile 20000 ns, 40 calls over 200 µs) | **missed** |",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("report lacks %q:\n%s", want, out)
-		}
-	}
+	)
 	// The machine is not one of ours: it has no memory target of its own.
 	if strings.Contains(out, "machine: ≤ 64 B") {
 		t.Errorf("report checks the machine row's memory:\n%s", out)
