@@ -358,9 +358,27 @@ func (tb *TokenBucket) Allow(key string) bool {
 	if h.Flagged() { // an override: the key's own parameters
 		p = tb.k.overrideOf(key, p)
 	}
-	_, ok := p.admit(h.State(), now, 1, 0)
+	ok := p.allowOne(h.State(), now)
 	h.Release()
 	return ok
+}
+
+// allowOne is admit(s, now, 1, 0), Allow's case, reduced to its answer:
+// one token now, booked if it conforms.
+func (p *tbParams) allowOne(s *tbState, now int64) bool {
+	if s.gen != p.gen {
+		p.adopt(s, now)
+	}
+	base := s.tat
+	if base.Ns < now {
+		base = ftime{Ns: now}
+	}
+	next := p.iv.Next(base)
+	if !next.NotAfter(ftime{Ns: now + p.tau.Ns, Fr: p.tau.Fr}) {
+		return false
+	}
+	s.tat = next
+	return true
 }
 
 // nanoClock and allowAt make a TokenBucket an allowerAt: Fair reads the
@@ -382,7 +400,7 @@ func (tb *TokenBucket) allowAt(key string, now int64) bool {
 	if h.Flagged() {
 		p = tb.k.overrideOf(key, p)
 	}
-	_, ok := p.admit(h.State(), now, 1, 0)
+	ok := p.allowOne(h.State(), now)
 	h.Release()
 	return ok
 }
@@ -428,12 +446,12 @@ func (tb *TokenBucket) allowGlobalSlot(now int64) bool {
 	p := tb.k.ps.p.Load()
 	s := h.State()
 	if h.Flagged() { // an override: never lent
-		_, ok := tb.k.overrideOf("", p).admit(s, now, 1, 0)
+		ok := tb.k.overrideOf("", p).allowOne(s, now)
 		h.Release()
 		return ok
 	}
 	p.reclaim(s)
-	_, ok := p.admit(s, now, 1, 0)
+	ok := p.allowOne(s, now)
 	anchor, fresh := p.lend(s, now)
 	h.Release()
 	if fresh {
