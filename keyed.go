@@ -26,7 +26,8 @@ type algo[S, P any] interface {
 	// now+maxWait (maxWait < 0: no bound; 0: now or never). n == 0 is a
 	// peek and changes nothing. b.act is when the booked events conform
 	// (if not ok, when they could). This is the algorithm's one decision:
-	// Allow is admit(s, now, 1, 0).
+	// Allow is admit(s, now, 1, 0) (the token bucket's Allow calls
+	// allowOne, a step of its own that TestAllowOneIsAdmit holds equal).
 	admit(s *S, now, n, maxWait int64) (b booked, ok bool)
 	// describe is the Decision for what admit just decided, from the
 	// state admit left.

@@ -556,7 +556,7 @@ func (p *tbParams) admit(s *tbState, now, n, maxWait int64) (b booked, ok bool) 
 		base = ftime{Ns: now}
 	}
 	var next ftime
-	if n == 1 { // Allow's case, inlined
+	if n == 1 { // one token (AllowN, Reserve or Wait of one): Next, without Add's division
 		next = p.iv.Next(base)
 	} else {
 		next = p.iv.Add(base, n)
